@@ -1,1 +1,106 @@
-//! wasmlet-runtime
+//! `wasmlet-runtime`: the one trait the node drives to run pods, and the types it speaks.
+//!
+//! The shape follows the kubelet's internal container-runtime interface rather than
+//! CRI's wire messages: a pod runs in a *sandbox*, containers are created, started,
+//! stopped and removed inside it, images are pulled by reference, and the runtime
+//! reports lifecycle changes on an event stream. Two backends implement [`Runtime`]:
+//! the CRI backend (containerd, CRI-O) and the native Wasm backend (wasmtime).
+//!
+//! Start with [`Runtime`]; the data it takes and returns lives in [`types`].
+
+pub mod error;
+pub mod types;
+
+pub use error::{Error, Result};
+pub use types::*;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+/// A container runtime as the node sees it.
+///
+/// Every method is safe to call concurrently. Identifiers are opaque strings chosen by
+/// the runtime. Methods that act on an object that is already gone return
+/// [`Error::NotFound`]; stop and remove are idempotent in the CRI sense (stopping a
+/// stopped container succeeds).
+#[async_trait]
+pub trait Runtime: Send + Sync + 'static {
+    /// A short name for logs and metrics, e.g. `wasm` or `cri`.
+    fn name(&self) -> &str;
+
+    /// The runtime's name and version, as reported in `nodeInfo.containerRuntimeVersion`.
+    async fn version(&self) -> Result<RuntimeVersion>;
+
+    /// Whether the runtime and its network are ready to run pods.
+    async fn status(&self) -> Result<RuntimeStatus>;
+
+    /// Creates and starts a pod sandbox. Returns the sandbox id.
+    async fn run_pod_sandbox(&self, config: &PodSandboxConfig) -> Result<String>;
+
+    /// Stops a sandbox and every container in it, forcibly. Idempotent.
+    async fn stop_pod_sandbox(&self, sandbox_id: &str) -> Result<()>;
+
+    /// Removes a stopped sandbox and its containers. Idempotent.
+    async fn remove_pod_sandbox(&self, sandbox_id: &str) -> Result<()>;
+
+    /// The current status of one sandbox.
+    async fn pod_sandbox_status(&self, sandbox_id: &str) -> Result<PodSandboxStatus>;
+
+    /// Every sandbox the runtime knows, ready or not.
+    async fn list_pod_sandboxes(&self) -> Result<Vec<PodSandbox>>;
+
+    /// Creates a container in a running sandbox. Returns the container id.
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: &ContainerConfig,
+        sandbox_config: &PodSandboxConfig,
+    ) -> Result<String>;
+
+    /// Starts a created container.
+    async fn start_container(&self, container_id: &str) -> Result<()>;
+
+    /// Stops a running container, forcibly after `timeout`. Idempotent.
+    async fn stop_container(&self, container_id: &str, timeout: Duration) -> Result<()>;
+
+    /// Removes a container that is not running. Idempotent.
+    async fn remove_container(&self, container_id: &str) -> Result<()>;
+
+    /// Every container the runtime knows, in any state.
+    async fn list_containers(&self) -> Result<Vec<Container>>;
+
+    /// The detailed status of one container.
+    async fn container_status(&self, container_id: &str) -> Result<ContainerStatus>;
+
+    /// Makes `image` available locally and returns its image id (a digest).
+    async fn pull_image(&self, image: &str) -> Result<String>;
+
+    /// The local image that `image` refers to, if there is one.
+    async fn image_status(&self, image: &str) -> Result<Option<Image>>;
+
+    /// Every image stored locally.
+    async fn list_images(&self) -> Result<Vec<Image>>;
+
+    /// Removes a local image by reference or id. Idempotent.
+    async fn remove_image(&self, image: &str) -> Result<()>;
+
+    /// Runs a command in a container and waits for it (probes, hooks).
+    async fn exec_sync(
+        &self,
+        container_id: &str,
+        command: &[String],
+        timeout: Duration,
+    ) -> Result<ExecResult> {
+        let _ = (container_id, command, timeout);
+        Err(Error::Unsupported {
+            runtime: self.name().to_owned(),
+            operation: "exec_sync",
+        })
+    }
+
+    /// Lifecycle events as they happen. Events are hints that make the node react
+    /// sooner; the node still relists, so a lagging receiver loses nothing that matters.
+    fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent>;
+}

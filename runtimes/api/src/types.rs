@@ -1,0 +1,225 @@
+//! The data the node and runtimes exchange.
+//!
+//! Names follow the kubelet's vocabulary. Times are [`jiff::Timestamp`]s; labels and
+//! annotations are sorted maps so that hashes and comparisons are stable.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+/// Labels or annotations.
+pub type Labels = BTreeMap<String, String>;
+
+/// The runtime's identity.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeVersion {
+    /// e.g. `wasmtime` or `containerd`.
+    pub runtime_name: String,
+    /// e.g. `48.0.8`.
+    pub runtime_version: String,
+    /// The API version spoken, e.g. `v1` for CRI.
+    pub runtime_api_version: String,
+}
+
+/// Readiness of a runtime, as in CRI's `RuntimeReady` / `NetworkReady` conditions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeStatus {
+    pub runtime_ready: bool,
+    pub network_ready: bool,
+    /// Why a condition is false, empty when both are true.
+    pub message: String,
+}
+
+/// Who a sandbox or container belongs to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PodMetadata {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    /// How many sandboxes were created for this pod before this one.
+    pub attempt: u32,
+}
+
+/// Everything a runtime needs to create a pod sandbox.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodSandboxConfig {
+    pub metadata: PodMetadata,
+    pub hostname: String,
+    /// The pod's log directory, `<logs-root>/<ns>_<name>_<uid>`.
+    pub log_directory: PathBuf,
+    pub labels: Labels,
+    pub annotations: Labels,
+    /// The RuntimeClass handler; empty for the runtime's default.
+    pub runtime_handler: String,
+    /// The pod's cgroup, if the node manages cgroups.
+    pub cgroup_parent: Option<String>,
+    pub host_network: bool,
+}
+
+/// Lifecycle state of a sandbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SandboxState {
+    Ready,
+    NotReady,
+}
+
+/// A sandbox as listed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PodSandbox {
+    pub id: String,
+    pub metadata: PodMetadata,
+    pub state: SandboxState,
+    pub created_at: Timestamp,
+    pub labels: Labels,
+    pub annotations: Labels,
+    pub runtime_handler: String,
+}
+
+/// The detailed status of a sandbox.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PodSandboxStatus {
+    pub id: String,
+    pub metadata: PodMetadata,
+    pub state: SandboxState,
+    pub created_at: Timestamp,
+    /// The pod's primary IP, if it has a network of its own.
+    pub ip: Option<String>,
+    pub additional_ips: Vec<String>,
+    pub labels: Labels,
+    pub annotations: Labels,
+    pub runtime_handler: String,
+}
+
+/// A volume or file bind-mounted (or, for Wasm, preopened) into a container.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mount {
+    pub container_path: String,
+    pub host_path: PathBuf,
+    pub readonly: bool,
+}
+
+/// Resource settings for one container, already computed by the node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerResources {
+    pub cpu_shares: Option<u64>,
+    pub cpu_quota: Option<i64>,
+    pub cpu_period: Option<u64>,
+    pub memory_limit_bytes: Option<u64>,
+    pub oom_score_adj: Option<i64>,
+}
+
+/// Who a container is: its name in the pod and its attempt (restart count).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ContainerMetadata {
+    pub name: String,
+    pub attempt: u32,
+}
+
+/// Everything a runtime needs to create a container.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ContainerConfig {
+    pub metadata: ContainerMetadata,
+    /// The image reference as written in the pod, or the image id.
+    pub image: String,
+    /// Replaces the image's entrypoint when non-empty (`command` in the PodSpec).
+    pub command: Vec<String>,
+    /// Replaces the image's arguments when non-empty (`args` in the PodSpec).
+    pub args: Vec<String>,
+    pub working_dir: Option<String>,
+    /// Environment in order; later duplicates win.
+    pub env: Vec<(String, String)>,
+    pub mounts: Vec<Mount>,
+    /// Relative to the sandbox's log directory: `<container>/<attempt>.log`.
+    pub log_path: PathBuf,
+    pub labels: Labels,
+    pub annotations: Labels,
+    pub resources: ContainerResources,
+    pub stdin: bool,
+    pub tty: bool,
+}
+
+/// Lifecycle state of a container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+/// A container as listed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Container {
+    pub id: String,
+    pub sandbox_id: String,
+    pub metadata: ContainerMetadata,
+    pub image: String,
+    pub image_ref: String,
+    pub state: ContainerState,
+    pub created_at: Timestamp,
+    pub labels: Labels,
+    pub annotations: Labels,
+}
+
+/// The detailed status of a container.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ContainerStatus {
+    pub id: String,
+    pub sandbox_id: String,
+    pub metadata: ContainerMetadata,
+    pub state: ContainerState,
+    pub created_at: Timestamp,
+    pub started_at: Option<Timestamp>,
+    pub finished_at: Option<Timestamp>,
+    pub exit_code: i32,
+    pub image: String,
+    /// The image id (digest) the container runs.
+    pub image_ref: String,
+    /// Machine-readable reason for the exit: `Completed`, `Error`, `OOMKilled`.
+    pub reason: String,
+    pub message: String,
+    pub labels: Labels,
+    pub annotations: Labels,
+    /// Absolute path of the container's log file.
+    pub log_path: PathBuf,
+}
+
+/// An image in the runtime's local store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    /// The image id: the digest of its manifest (or config, for CRI runtimes).
+    pub id: String,
+    pub repo_tags: Vec<String>,
+    pub repo_digests: Vec<String>,
+    pub size: u64,
+}
+
+/// The outcome of [`crate::Runtime::exec_sync`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecResult {
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// What happened to a container, pushed by the runtime as it happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContainerEventKind {
+    Created,
+    Started,
+    Stopped,
+    Deleted,
+}
+
+/// One lifecycle event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeEvent {
+    pub container_id: String,
+    pub sandbox_id: String,
+    /// The pod the container belongs to, so the node can route the event cheaply.
+    pub pod_uid: String,
+    pub kind: ContainerEventKind,
+    pub at: Timestamp,
+}

@@ -1,0 +1,228 @@
+//! Container log files in the CRI format, the one `kubectl logs` and log shippers read.
+//!
+//! Each line is `<RFC3339Nano> <stdout|stderr> <F|P> <text>\n`. A line longer than
+//! [`MAX_LINE`] is cut into `P` (partial) records followed by one `F` (full) record, as
+//! containerd does; a final line without a newline is written as `F` when the stream
+//! closes.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use jiff::Timestamp;
+
+/// The longest record written before a line is split, containerd's default.
+pub const MAX_LINE: usize = 16 * 1024;
+
+/// Which output stream a record came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    fn as_str(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
+
+/// One container's log file, shared by its stdout and stderr writers.
+#[derive(Clone)]
+pub struct CriLog {
+    inner: Arc<Mutex<Inner>>,
+}
+
+struct Inner {
+    file: File,
+    pending: [Vec<u8>; 2],
+}
+
+impl CriLog {
+    /// Opens (appending) or creates the log file, and its parent directory.
+    pub fn create(path: &Path) -> io::Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Self::from_file(file))
+    }
+
+    /// Wraps an already open file.
+    pub fn from_file(file: File) -> Self {
+        CriLog {
+            inner: Arc::new(Mutex::new(Inner {
+                file,
+                pending: [Vec::new(), Vec::new()],
+            })),
+        }
+    }
+
+    /// Appends output of one stream, writing a record for every complete line.
+    pub fn write(&self, stream: Stream, mut bytes: &[u8]) -> io::Result<()> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Inner { file, pending } = &mut *inner;
+        let buf = &mut pending[stream as usize];
+        let mut out = Vec::new();
+        while !bytes.is_empty() {
+            match bytes.iter().position(|&b| b == b'\n') {
+                Some(i) => {
+                    buf.extend_from_slice(&bytes[..i]);
+                    bytes = &bytes[i + 1..];
+                    flush_long(stream, buf, &mut out);
+                    record(stream, 'F', buf, &mut out);
+                    buf.clear();
+                }
+                None => {
+                    buf.extend_from_slice(bytes);
+                    bytes = &[];
+                    flush_long(stream, buf, &mut out);
+                }
+            }
+        }
+        if !out.is_empty() {
+            file.write_all(&out)?;
+        }
+        Ok(())
+    }
+
+    /// Writes whatever is left of an unterminated last line of each stream as `F`.
+    pub fn close(&self) -> io::Result<()> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Inner { file, pending } = &mut *inner;
+        let mut out = Vec::new();
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            let buf = &mut pending[stream as usize];
+            if !buf.is_empty() {
+                record(stream, 'F', buf, &mut out);
+                buf.clear();
+            }
+        }
+        file.write_all(&out)?;
+        file.flush()
+    }
+}
+
+/// Emits `P` records while the pending line is longer than [`MAX_LINE`].
+fn flush_long(stream: Stream, buf: &mut Vec<u8>, out: &mut Vec<u8>) {
+    while buf.len() > MAX_LINE {
+        let rest = buf.split_off(MAX_LINE);
+        record(stream, 'P', buf, out);
+        *buf = rest;
+    }
+}
+
+fn record(stream: Stream, tag: char, text: &[u8], out: &mut Vec<u8>) {
+    let now = Timestamp::now();
+    // RFC 3339 with nanoseconds, always nine digits, as Go's RFC3339Nano in UTC reads.
+    let _ = write!(
+        out,
+        "{} {} {} ",
+        now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        stream.as_str(),
+        tag
+    );
+    out.extend_from_slice(text);
+    out.push(b'\n');
+}
+
+/// One parsed record of a CRI log file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub time: Timestamp,
+    pub stream: Stream,
+    pub partial: bool,
+    pub text: String,
+}
+
+/// Parses one line of a CRI log file.
+pub fn parse_line(line: &str) -> Option<Record> {
+    let mut parts = line.splitn(4, ' ');
+    let time = parts.next()?.parse().ok()?;
+    let stream = match parts.next()? {
+        "stdout" => Stream::Stdout,
+        "stderr" => Stream::Stderr,
+        _ => return None,
+    };
+    let partial = match parts.next()? {
+        "F" => false,
+        "P" => true,
+        _ => return None,
+    };
+    let text = parts.next().unwrap_or("").to_owned();
+    Some(Record {
+        time,
+        stream,
+        partial,
+        text,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn records(log: &CriLog, path: &Path) -> Vec<Record> {
+        log.close().unwrap();
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| parse_line(l).unwrap_or_else(|| panic!("bad record {l:?}")))
+            .collect()
+    }
+
+    #[test]
+    fn lines_split_across_writes_become_one_full_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c/0.log");
+        let log = CriLog::create(&path).unwrap();
+        log.write(Stream::Stdout, b"hel").unwrap();
+        log.write(Stream::Stderr, b"oops\n").unwrap();
+        log.write(Stream::Stdout, b"lo\nworld\n").unwrap();
+        let recs = records(&log, &path);
+        let got: Vec<_> = recs
+            .iter()
+            .map(|r| (r.stream, r.partial, r.text.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Stream::Stderr, false, "oops"),
+                (Stream::Stdout, false, "hello"),
+                (Stream::Stdout, false, "world"),
+            ]
+        );
+        let line = std::fs::read_to_string(&path).unwrap();
+        let ts = line.split(' ').next().unwrap();
+        assert_eq!(ts.len(), "2024-01-02T03:04:05.123456789Z".len(), "{ts}");
+    }
+
+    #[test]
+    fn long_lines_are_split_into_partial_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.log");
+        let log = CriLog::create(&path).unwrap();
+        let long = vec![b'x'; MAX_LINE * 2 + 10];
+        log.write(Stream::Stdout, &long).unwrap();
+        log.write(Stream::Stdout, b"\n").unwrap();
+        let recs = records(&log, &path);
+        let shape: Vec<_> = recs.iter().map(|r| (r.partial, r.text.len())).collect();
+        assert_eq!(shape, [(true, MAX_LINE), (true, MAX_LINE), (false, 10)]);
+    }
+
+    #[test]
+    fn an_unterminated_last_line_is_written_full_on_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.log");
+        let log = CriLog::create(&path).unwrap();
+        log.write(Stream::Stdout, b"no newline").unwrap();
+        let recs = records(&log, &path);
+        assert_eq!(recs.len(), 1);
+        assert!(!recs[0].partial);
+        assert_eq!(recs[0].text, "no newline");
+    }
+}

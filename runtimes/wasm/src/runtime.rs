@@ -1,0 +1,706 @@
+//! The node side of the Wasm runtime: [`WasmRuntime`] implements [`Runtime`] by
+//! starting one sandbox process per pod and speaking [`crate::protocol`] to it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{ChildStdin, Command};
+use tokio::sync::{broadcast, oneshot, watch};
+use wasmlet_runtime::{
+    Container, ContainerConfig, ContainerEventKind, ContainerState, ContainerStatus, Error, Image,
+    PodSandbox, PodSandboxConfig, PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus,
+    RuntimeVersion, SandboxState,
+};
+
+use crate::image::{ImageError, ImageStore, StoredImage};
+use crate::protocol::{ContainerSpec, Exit, KILLED_EXIT_CODE, Message, Op, Preopen, Request};
+
+/// The RuntimeClass handler name that selects this runtime.
+pub const HANDLER: &str = "wasmtime";
+/// The wasmtime release the runtime embeds.
+pub const WASMTIME_VERSION: &str = "48.0.8";
+
+/// How the node starts a sandbox process: a program and its leading arguments.
+/// The node passes its own binary with `sandbox`; tests pass `wasmlet-sandbox`.
+#[derive(Clone, Debug)]
+pub struct SandboxCommand {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// Settings of the Wasm runtime.
+#[derive(Clone, Debug)]
+pub struct WasmRuntimeConfig {
+    /// Where the image store lives.
+    pub image_dir: PathBuf,
+    /// Where precompiled modules are cached.
+    pub compile_cache_dir: PathBuf,
+    pub sandbox: SandboxCommand,
+}
+
+/// The native Wasm runtime.
+#[derive(Clone)]
+pub struct WasmRuntime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    images: ImageStore,
+    config: WasmRuntimeConfig,
+    sandboxes: Mutex<HashMap<String, Arc<SandboxHandle>>>,
+    containers: Mutex<HashMap<String, ContainerStatus>>,
+    events: broadcast::Sender<RuntimeEvent>,
+}
+
+struct SandboxHandle {
+    id: String,
+    config: PodSandboxConfig,
+    created_at: Timestamp,
+    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Result<(), String>>>>,
+    next_request: AtomicU64,
+    /// `true` once the sandbox process has exited.
+    exited: watch::Receiver<bool>,
+    pid: Option<u32>,
+}
+
+impl WasmRuntime {
+    /// Opens the image store and returns a runtime with no sandboxes.
+    pub fn new(config: WasmRuntimeConfig) -> Result<Self> {
+        let images =
+            ImageStore::open(&config.image_dir).map_err(|e| Error::Internal(e.to_string()))?;
+        std::fs::create_dir_all(&config.compile_cache_dir)
+            .map_err(|e| Error::Internal(format!("{}: {e}", config.compile_cache_dir.display())))?;
+        let (events, _) = broadcast::channel(1024);
+        Ok(WasmRuntime {
+            inner: Arc::new(Inner {
+                images,
+                config,
+                sandboxes: Mutex::default(),
+                containers: Mutex::default(),
+                events,
+            }),
+        })
+    }
+
+    /// The image store the runtime runs from.
+    pub fn images(&self) -> &ImageStore {
+        &self.inner.images
+    }
+
+    /// The process id of a sandbox, for tests and diagnostics.
+    pub fn sandbox_pid(&self, sandbox_id: &str) -> Option<u32> {
+        self.sandbox(sandbox_id).ok().and_then(|s| s.pid)
+    }
+
+    fn sandbox(&self, id: &str) -> Result<Arc<SandboxHandle>> {
+        self.inner
+            .sandboxes
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::not_found("sandbox", id))
+    }
+
+    fn container(&self, id: &str) -> Result<ContainerStatus> {
+        self.inner
+            .containers
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::not_found("container", id))
+    }
+
+    fn emit(&self, status: &ContainerStatus, kind: ContainerEventKind, at: Timestamp) {
+        let pod_uid = self
+            .sandbox(&status.sandbox_id)
+            .map(|s| s.config.metadata.uid.clone())
+            .unwrap_or_default();
+        let _ = self.inner.events.send(RuntimeEvent {
+            container_id: status.id.clone(),
+            sandbox_id: status.sandbox_id.clone(),
+            pod_uid,
+            kind,
+            at,
+        });
+    }
+
+    /// Applies a message from a sandbox to the node's view.
+    fn on_message(&self, sandbox: &SandboxHandle, msg: Message) {
+        match msg {
+            Message::Reply { id, error } => {
+                if let Some(tx) = sandbox.pending.lock().unwrap().remove(&id) {
+                    let _ = tx.send(error.map_or(Ok(()), Err));
+                }
+            }
+            Message::Started { container_id, at } => {
+                let status = {
+                    let mut containers = self.inner.containers.lock().unwrap();
+                    let Some(c) = containers.get_mut(&container_id) else {
+                        return;
+                    };
+                    c.state = ContainerState::Running;
+                    c.started_at = Some(at);
+                    c.clone()
+                };
+                self.emit(&status, ContainerEventKind::Started, at);
+            }
+            Message::Exited {
+                container_id,
+                at,
+                exit,
+            } => self.mark_exited(&container_id, at, exit),
+        }
+    }
+
+    fn mark_exited(&self, container_id: &str, at: Timestamp, exit: Exit) {
+        let status = {
+            let mut containers = self.inner.containers.lock().unwrap();
+            let Some(c) = containers.get_mut(container_id) else {
+                return;
+            };
+            if c.state == ContainerState::Exited {
+                return;
+            }
+            c.state = ContainerState::Exited;
+            c.finished_at = Some(at);
+            c.exit_code = exit.code;
+            c.reason = exit.reason;
+            c.message = exit.message;
+            c.clone()
+        };
+        self.emit(&status, ContainerEventKind::Stopped, at);
+    }
+
+    /// Called once the sandbox process is gone: whatever still ran in it has died.
+    fn on_sandbox_exit(&self, sandbox: &SandboxHandle, how: String) {
+        for (_, tx) in sandbox.pending.lock().unwrap().drain() {
+            let _ = tx.send(Err(format!("sandbox process exited ({how})")));
+        }
+        let victims: Vec<String> = self
+            .inner
+            .containers
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|c| c.sandbox_id == sandbox.id && c.state != ContainerState::Exited)
+            .map(|c| c.id.clone())
+            .collect();
+        let now = Timestamp::now();
+        for id in victims {
+            self.mark_exited(
+                &id,
+                now,
+                Exit {
+                    code: KILLED_EXIT_CODE,
+                    reason: "Error".into(),
+                    message: format!("the pod's sandbox process exited ({how})"),
+                },
+            );
+        }
+    }
+
+    async fn call(&self, sandbox: &SandboxHandle, op: Op, timeout: Duration) -> Result<()> {
+        let id = sandbox.next_request.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        sandbox.pending.lock().unwrap().insert(id, tx);
+        let mut line = serde_json::to_vec(&Request { id, op }).expect("requests serialize");
+        line.push(b'\n');
+        {
+            let mut stdin = sandbox.stdin.lock().await;
+            let Some(pipe) = stdin.as_mut() else {
+                sandbox.pending.lock().unwrap().remove(&id);
+                return Err(Error::FailedPrecondition(format!(
+                    "sandbox {} is stopped",
+                    sandbox.id
+                )));
+            };
+            if let Err(e) = pipe.write_all(&line).await {
+                sandbox.pending.lock().unwrap().remove(&id);
+                return Err(Error::Unavailable(format!("sandbox {}: {e}", sandbox.id)));
+            }
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(message))) => Err(Error::Internal(message)),
+            Ok(Err(_)) => Err(Error::Unavailable(format!(
+                "sandbox {} went away",
+                sandbox.id
+            ))),
+            Err(_) => {
+                sandbox.pending.lock().unwrap().remove(&id);
+                Err(Error::Timeout {
+                    operation: "sandbox request",
+                    after: timeout,
+                })
+            }
+        }
+    }
+
+    fn container_spec(
+        &self,
+        config: &ContainerConfig,
+        sandbox: &PodSandboxConfig,
+        image: &StoredImage,
+    ) -> ContainerSpec {
+        let (argv0, rest): (String, Vec<String>) =
+            if let Some((first, tail)) = config.command.split_first() {
+                (first.clone(), [tail, &config.args[..]].concat())
+            } else if let Some((first, tail)) = image.entrypoint.split_first() {
+                let args = if config.args.is_empty() {
+                    &image.cmd
+                } else {
+                    &config.args
+                };
+                (first.clone(), [tail, &args[..]].concat())
+            } else {
+                let args = if config.args.is_empty() {
+                    &image.cmd
+                } else {
+                    &config.args
+                };
+                (config.metadata.name.clone(), args.clone())
+            };
+        let mut argv = vec![argv0];
+        argv.extend(rest);
+
+        let mut env: Vec<(String, String)> = Vec::new();
+        let mut set = |k: &str, v: &str| match env.iter_mut().find(|(key, _)| key == k) {
+            Some(slot) => slot.1 = v.to_owned(),
+            None => env.push((k.to_owned(), v.to_owned())),
+        };
+        for kv in &image.env {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            set(k, v);
+        }
+        for (k, v) in &config.env {
+            set(k, v);
+        }
+        if let Some(dir) = config.working_dir.as_ref().or(image.working_dir.as_ref()) {
+            if !env.iter().any(|(k, _)| k == "PWD") {
+                env.push(("PWD".into(), dir.clone()));
+            }
+        }
+        ContainerSpec {
+            name: config.metadata.name.clone(),
+            wasm_path: self.inner.images.blob_path(&image.wasm_digest),
+            wasm_digest: image.wasm_digest.clone(),
+            kind: image.kind,
+            argv,
+            env,
+            preopens: config
+                .mounts
+                .iter()
+                .map(|m| Preopen {
+                    host_path: m.host_path.clone(),
+                    guest_path: m.container_path.clone(),
+                    readonly: m.readonly,
+                })
+                .collect(),
+            log_path: sandbox.log_directory.join(&config.log_path),
+            memory_limit_bytes: config.resources.memory_limit_bytes,
+        }
+    }
+}
+
+fn new_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = Sha256::new();
+    h.update(Timestamp::now().as_nanosecond().to_le_bytes());
+    h.update(std::process::id().to_le_bytes());
+    h.update(COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    hex::encode(h.finalize())
+}
+
+fn image_error(image: &str, e: ImageError) -> Error {
+    match e {
+        ImageError::NotFound(_) => Error::not_found("image", image),
+        ImageError::BadReference(m) => Error::InvalidArgument(m),
+        other => Error::Internal(other.to_string()),
+    }
+}
+
+const CREATE_TIMEOUT: Duration = Duration::from_secs(300);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[async_trait]
+impl Runtime for WasmRuntime {
+    fn name(&self) -> &str {
+        "wasm"
+    }
+
+    async fn version(&self) -> Result<RuntimeVersion> {
+        Ok(RuntimeVersion {
+            runtime_name: "wasmtime".into(),
+            runtime_version: WASMTIME_VERSION.into(),
+            runtime_api_version: "v1".into(),
+        })
+    }
+
+    async fn status(&self) -> Result<RuntimeStatus> {
+        Ok(RuntimeStatus {
+            runtime_ready: true,
+            network_ready: true,
+            message: String::new(),
+        })
+    }
+
+    async fn run_pod_sandbox(&self, config: &PodSandboxConfig) -> Result<String> {
+        let id = new_id();
+        let cmd = &self.inner.config.sandbox;
+        let mut child = Command::new(&cmd.program)
+            .args(&cmd.args)
+            .arg("--cache-dir")
+            .arg(&self.inner.config.compile_cache_dir)
+            .arg("--pod-uid")
+            .arg(&config.metadata.uid)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            // Its own process group: a terminal's Ctrl-C stops the node, and the node
+            // stops its pods; pods never see the signal directly.
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                Error::Internal(format!(
+                    "cannot start sandbox process {}: {e}",
+                    cmd.program.display()
+                ))
+            })?;
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let (exited_tx, exited_rx) = watch::channel(false);
+        let handle = Arc::new(SandboxHandle {
+            id: id.clone(),
+            config: config.clone(),
+            created_at: Timestamp::now(),
+            stdin: tokio::sync::Mutex::new(Some(stdin)),
+            pending: Mutex::default(),
+            next_request: AtomicU64::new(1),
+            exited: exited_rx,
+            pid: child.id(),
+        });
+        self.inner
+            .sandboxes
+            .lock()
+            .unwrap()
+            .insert(id.clone(), handle.clone());
+
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                match serde_json::from_str::<Message>(&line) {
+                    Ok(msg) => this.on_message(&handle, msg),
+                    Err(e) => {
+                        tracing::warn!(sandbox = %handle.id, "unreadable sandbox message {line:?}: {e}")
+                    }
+                }
+            }
+            let how = match child.wait().await {
+                Ok(status) => status.to_string(),
+                Err(e) => format!("wait failed: {e}"),
+            };
+            tracing::debug!(sandbox = %handle.id, pod = %handle.config.metadata.uid, "sandbox process ended: {how}");
+            this.on_sandbox_exit(&handle, how);
+            let _ = exited_tx.send(true);
+        });
+        Ok(id)
+    }
+
+    async fn stop_pod_sandbox(&self, sandbox_id: &str) -> Result<()> {
+        let sandbox = match self.sandbox(sandbox_id) {
+            Ok(s) => s,
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        // Closing the sandbox's stdin stops every container in it and ends the process.
+        sandbox.stdin.lock().await.take();
+        let mut exited = sandbox.exited.clone();
+        if tokio::time::timeout(REQUEST_TIMEOUT, exited.wait_for(|e| *e))
+            .await
+            .is_err()
+        {
+            if let Some(pid) = sandbox.pid {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            let _ = exited.wait_for(|e| *e).await;
+        }
+        Ok(())
+    }
+
+    async fn remove_pod_sandbox(&self, sandbox_id: &str) -> Result<()> {
+        self.stop_pod_sandbox(sandbox_id).await?;
+        let removed: Vec<ContainerStatus> = {
+            let mut containers = self.inner.containers.lock().unwrap();
+            let ids: Vec<String> = containers
+                .values()
+                .filter(|c| c.sandbox_id == sandbox_id)
+                .map(|c| c.id.clone())
+                .collect();
+            ids.iter().filter_map(|id| containers.remove(id)).collect()
+        };
+        for c in &removed {
+            self.emit(c, ContainerEventKind::Deleted, Timestamp::now());
+        }
+        self.inner.sandboxes.lock().unwrap().remove(sandbox_id);
+        Ok(())
+    }
+
+    async fn pod_sandbox_status(&self, sandbox_id: &str) -> Result<PodSandboxStatus> {
+        let s = self.sandbox(sandbox_id)?;
+        Ok(PodSandboxStatus {
+            id: s.id.clone(),
+            metadata: s.config.metadata.clone(),
+            state: sandbox_state(&s),
+            created_at: s.created_at,
+            ip: None,
+            additional_ips: Vec::new(),
+            labels: s.config.labels.clone(),
+            annotations: s.config.annotations.clone(),
+            runtime_handler: s.config.runtime_handler.clone(),
+        })
+    }
+
+    async fn list_pod_sandboxes(&self) -> Result<Vec<PodSandbox>> {
+        let sandboxes = self.inner.sandboxes.lock().unwrap();
+        Ok(sandboxes
+            .values()
+            .map(|s| PodSandbox {
+                id: s.id.clone(),
+                metadata: s.config.metadata.clone(),
+                state: sandbox_state(s),
+                created_at: s.created_at,
+                labels: s.config.labels.clone(),
+                annotations: s.config.annotations.clone(),
+                runtime_handler: s.config.runtime_handler.clone(),
+            })
+            .collect())
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: &ContainerConfig,
+        sandbox_config: &PodSandboxConfig,
+    ) -> Result<String> {
+        let sandbox = self.sandbox(sandbox_id)?;
+        let entry = self
+            .inner
+            .images
+            .resolve(&config.image)
+            .map_err(|e| image_error(&config.image, e))?;
+        let spec = self.container_spec(config, sandbox_config, &entry.image);
+        let log_path = spec.log_path.clone();
+        let id = new_id();
+        let status = ContainerStatus {
+            id: id.clone(),
+            sandbox_id: sandbox_id.to_owned(),
+            metadata: config.metadata.clone(),
+            state: ContainerState::Created,
+            created_at: Timestamp::now(),
+            started_at: None,
+            finished_at: None,
+            exit_code: 0,
+            image: entry.reference.clone(),
+            image_ref: entry.image.manifest_digest.clone(),
+            reason: String::new(),
+            message: String::new(),
+            labels: config.labels.clone(),
+            annotations: config.annotations.clone(),
+            log_path,
+        };
+        self.inner
+            .containers
+            .lock()
+            .unwrap()
+            .insert(id.clone(), status.clone());
+        let created = self
+            .call(
+                &sandbox,
+                Op::Create {
+                    container_id: id.clone(),
+                    spec,
+                },
+                CREATE_TIMEOUT,
+            )
+            .await;
+        if let Err(e) = created {
+            self.inner.containers.lock().unwrap().remove(&id);
+            return Err(e);
+        }
+        self.emit(&status, ContainerEventKind::Created, status.created_at);
+        Ok(id)
+    }
+
+    async fn start_container(&self, container_id: &str) -> Result<()> {
+        let c = self.container(container_id)?;
+        let sandbox = self.sandbox(&c.sandbox_id)?;
+        self.call(
+            &sandbox,
+            Op::Start {
+                container_id: container_id.to_owned(),
+            },
+            REQUEST_TIMEOUT,
+        )
+        .await
+    }
+
+    async fn stop_container(&self, container_id: &str, timeout: Duration) -> Result<()> {
+        let c = self.container(container_id)?;
+        if c.state == ContainerState::Exited {
+            return Ok(());
+        }
+        let sandbox = self.sandbox(&c.sandbox_id)?;
+        if *sandbox.exited.borrow() {
+            return Ok(());
+        }
+        self.call(
+            &sandbox,
+            Op::Stop {
+                container_id: container_id.to_owned(),
+                timeout_ms: timeout.as_millis() as u64,
+            },
+            timeout + REQUEST_TIMEOUT,
+        )
+        .await
+    }
+
+    async fn remove_container(&self, container_id: &str) -> Result<()> {
+        let c = match self.container(container_id) {
+            Ok(c) => c,
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if c.state == ContainerState::Running {
+            return Err(Error::FailedPrecondition(format!(
+                "container {container_id} is running; stop it first"
+            )));
+        }
+        if let Ok(sandbox) = self.sandbox(&c.sandbox_id) {
+            if !*sandbox.exited.borrow() {
+                self.call(
+                    &sandbox,
+                    Op::Remove {
+                        container_id: container_id.to_owned(),
+                    },
+                    REQUEST_TIMEOUT,
+                )
+                .await?;
+            }
+        }
+        self.inner.containers.lock().unwrap().remove(container_id);
+        self.emit(&c, ContainerEventKind::Deleted, Timestamp::now());
+        Ok(())
+    }
+
+    async fn list_containers(&self) -> Result<Vec<Container>> {
+        let containers = self.inner.containers.lock().unwrap();
+        Ok(containers
+            .values()
+            .map(|c| Container {
+                id: c.id.clone(),
+                sandbox_id: c.sandbox_id.clone(),
+                metadata: c.metadata.clone(),
+                image: c.image.clone(),
+                image_ref: c.image_ref.clone(),
+                state: c.state,
+                created_at: c.created_at,
+                labels: c.labels.clone(),
+                annotations: c.annotations.clone(),
+            })
+            .collect())
+    }
+
+    async fn container_status(&self, container_id: &str) -> Result<ContainerStatus> {
+        self.container(container_id)
+    }
+
+    async fn pull_image(&self, image: &str) -> Result<String> {
+        match self.inner.images.resolve(image) {
+            Ok(entry) => Ok(entry.image.manifest_digest),
+            Err(ImageError::NotFound(_)) => Err(Error::ImagePull {
+                image: image.to_owned(),
+                message: "not in the node's image store, and registry pulls are not supported \
+                          yet: import it with `wasmlet images import` or place its OCI archive \
+                          in <root-dir>/images"
+                    .into(),
+            }),
+            Err(e) => Err(image_error(image, e)),
+        }
+    }
+
+    async fn image_status(&self, image: &str) -> Result<Option<Image>> {
+        match self.inner.images.resolve(image) {
+            Ok(entry) => Ok(self
+                .list_images()
+                .await?
+                .into_iter()
+                .find(|i| i.id == entry.image.manifest_digest)),
+            Err(ImageError::NotFound(_)) => Ok(None),
+            Err(e) => Err(image_error(image, e)),
+        }
+    }
+
+    async fn list_images(&self) -> Result<Vec<Image>> {
+        let entries = self
+            .inner
+            .images
+            .list()
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        let mut by_id: HashMap<String, Image> = HashMap::new();
+        for e in entries {
+            let image = by_id
+                .entry(e.image.manifest_digest.clone())
+                .or_insert_with(|| Image {
+                    id: e.image.manifest_digest.clone(),
+                    repo_tags: Vec::new(),
+                    repo_digests: Vec::new(),
+                    size: e.image.size,
+                });
+            let repo = crate::reference::repository(&e.reference).to_owned();
+            image.repo_tags.push(e.reference);
+            let digest = format!("{repo}@{}", e.image.manifest_digest);
+            if !image.repo_digests.contains(&digest) {
+                image.repo_digests.push(digest);
+            }
+        }
+        let mut images: Vec<Image> = by_id.into_values().collect();
+        images.sort_by(|a, b| a.repo_tags.cmp(&b.repo_tags));
+        Ok(images)
+    }
+
+    async fn remove_image(&self, image: &str) -> Result<()> {
+        self.inner
+            .images
+            .remove(image)
+            .map(drop)
+            .map_err(|e| image_error(image, e))
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent> {
+        self.inner.events.subscribe()
+    }
+}
+
+fn sandbox_state(s: &SandboxHandle) -> SandboxState {
+    if *s.exited.borrow() {
+        SandboxState::NotReady
+    } else {
+        SandboxState::Ready
+    }
+}

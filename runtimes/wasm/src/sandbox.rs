@@ -1,0 +1,500 @@
+//! The sandbox process: one per Wasm pod, running each container as a wasmtime store.
+//!
+//! The node starts it as `<program> [args] --cache-dir DIR --pod-uid UID` and speaks the
+//! [`crate::protocol`] over its stdin and stdout. Guests run as async tasks; the engine's
+//! epoch advances every [`EPOCH_TICK`], and at each tick a guest yields, so a stop
+//! cancels even a guest that never makes a host call. A guest that traps ends its own
+//! container; one that brings the process down (the kernel's OOM killer, a crash in the
+//! host) ends this pod's sandbox only — the node sees the pipe close and reports it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use wasmtime::component::ResourceTable;
+use wasmtime::error::Context as _;
+use wasmtime::{Engine, ResourceLimiter, Store};
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::p2::bindings::CommandPre;
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::crilog::{CriLog, Stream};
+use crate::engine::{self, Compiled};
+use crate::protocol::{
+    ContainerSpec, Exit, KILLED_EXIT_CODE, Message, Op, Request, TRAP_EXIT_CODE,
+};
+use crate::stdio::CriOutput;
+
+/// How often the engine's epoch advances; the granularity of cancellation.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Entry point of the sandbox process. `args` excludes the program name.
+pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
+    let mut cache_dir = None;
+    let mut pod_uid = String::new();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--cache-dir" => cache_dir = args.next().map(PathBuf::from),
+            "--pod-uid" => pod_uid = args.next().unwrap_or_default(),
+            other => {
+                eprintln!("wasmlet sandbox: unknown argument {other:?}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let Some(cache_dir) = cache_dir else {
+        eprintln!("wasmlet sandbox: --cache-dir is required");
+        return ExitCode::from(2);
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("wasmlet sandbox: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(serve(cache_dir)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wasmlet sandbox for pod {pod_uid}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+struct Sandbox {
+    engine: Engine,
+    cache_dir: PathBuf,
+    linkers: Linkers,
+    containers: Mutex<HashMap<String, Slot>>,
+    out: mpsc::UnboundedSender<Message>,
+}
+
+struct Linkers {
+    module: wasmtime::Linker<P1State>,
+    component: wasmtime::component::Linker<P2State>,
+}
+
+enum Slot {
+    Created(Box<Prepared>),
+    Running {
+        cancel: CancellationToken,
+        exited: watch::Receiver<bool>,
+    },
+    Exited,
+}
+
+struct Prepared {
+    spec: ContainerSpec,
+    program: Program,
+}
+
+enum Program {
+    Module(wasmtime::InstancePre<P1State>),
+    Component(CommandPre<P2State>),
+}
+
+async fn serve(cache_dir: PathBuf) -> wasmtime::Result<()> {
+    let engine = engine::new_engine()?;
+    let mut module = wasmtime::Linker::new(&engine);
+    wasmtime_wasi::p1::add_to_linker_async(&mut module, |s: &mut P1State| &mut s.wasi)?;
+    let mut component = wasmtime::component::Linker::new(&engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut component)?;
+
+    let ticker = engine.weak();
+    std::thread::Builder::new()
+        .name("epoch".into())
+        .spawn(move || {
+            while let Some(engine) = ticker.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })
+        .context("starting the epoch thread")?;
+
+    let (out, mut out_rx) = mpsc::unbounded_channel::<Message>();
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(msg) = out_rx.recv().await {
+            let mut line = serde_json::to_vec(&msg).expect("messages serialize");
+            line.push(b'\n');
+            if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+
+    let sandbox = Arc::new(Sandbox {
+        engine,
+        cache_dir,
+        linkers: Linkers { module, component },
+        containers: Mutex::new(HashMap::new()),
+        out,
+    });
+
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = lines.next_line().await.context("reading requests")? {
+        let request: Request = match serde_json::from_str(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("wasmlet sandbox: ignoring malformed request {line:?}: {e}");
+                continue;
+            }
+        };
+        let sandbox = sandbox.clone();
+        tokio::spawn(async move {
+            let id = request.id;
+            let error = sandbox
+                .handle(request.op)
+                .await
+                .err()
+                .map(|e| format!("{e:#}"));
+            let _ = sandbox.out.send(Message::Reply { id, error });
+        });
+    }
+
+    // The node is gone: stop everything and leave.
+    let running: Vec<_> = {
+        let containers = sandbox.containers.lock().unwrap();
+        containers
+            .values()
+            .filter_map(|s| match s {
+                Slot::Running { cancel, exited } => Some((cancel.clone(), exited.clone())),
+                _ => None,
+            })
+            .collect()
+    };
+    for (cancel, mut exited) in running {
+        cancel.cancel();
+        let _ = exited.wait_for(|e| *e).await;
+    }
+    drop(sandbox);
+    let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
+    Ok(())
+}
+
+impl Sandbox {
+    async fn handle(self: &Arc<Self>, op: Op) -> wasmtime::Result<()> {
+        match op {
+            Op::Create { container_id, spec } => {
+                if self.containers.lock().unwrap().contains_key(&container_id) {
+                    wasmtime::bail!("container {container_id} already exists");
+                }
+                let this = self.clone();
+                let prepared = tokio::task::spawn_blocking(move || this.prepare(spec))
+                    .await
+                    .context("preparing the container panicked")??;
+                let mut containers = self.containers.lock().unwrap();
+                if containers.contains_key(&container_id) {
+                    wasmtime::bail!("container {container_id} already exists");
+                }
+                containers.insert(container_id, Slot::Created(Box::new(prepared)));
+                Ok(())
+            }
+            Op::Start { container_id } => self.start(container_id),
+            Op::Stop { container_id, .. } => {
+                // Wasm guests have no signals: a stop cancels the guest at its next epoch
+                // tick. The grace period is the node's to spend (preStop hooks).
+                let waiter = {
+                    let containers = self.containers.lock().unwrap();
+                    match containers.get(&container_id) {
+                        None => wasmtime::bail!("container {container_id} not found"),
+                        Some(Slot::Running { cancel, exited }) => {
+                            cancel.cancel();
+                            Some(exited.clone())
+                        }
+                        Some(_) => None,
+                    }
+                };
+                if let Some(mut exited) = waiter {
+                    let _ = exited.wait_for(|e| *e).await;
+                }
+                Ok(())
+            }
+            Op::Remove { container_id } => {
+                let mut containers = self.containers.lock().unwrap();
+                match containers.get(&container_id) {
+                    Some(Slot::Running { .. }) => {
+                        wasmtime::bail!("container {container_id} is running; stop it first")
+                    }
+                    _ => {
+                        containers.remove(&container_id);
+                        Ok(())
+                    }
+                }
+            }
+        }
+    }
+
+    fn prepare(&self, spec: ContainerSpec) -> wasmtime::Result<Prepared> {
+        let compiled = engine::load(
+            &self.engine,
+            &self.cache_dir,
+            &spec.wasm_path,
+            &spec.wasm_digest,
+            spec.kind,
+        )?;
+        let program = match compiled {
+            Compiled::Module(m) => Program::Module(
+                self.linkers
+                    .module
+                    .instantiate_pre(&m)
+                    .context("linking the module against WASI preview 1")?,
+            ),
+            Compiled::Component(c) => Program::Component(
+                CommandPre::new(
+                    self.linkers
+                        .component
+                        .instantiate_pre(&c)
+                        .context("linking the component against WASI preview 2")?,
+                )
+                .context("the component is not a wasi:cli/command")?,
+            ),
+        };
+        Ok(Prepared { spec, program })
+    }
+
+    fn start(self: &Arc<Self>, container_id: String) -> wasmtime::Result<()> {
+        let mut containers = self.containers.lock().unwrap();
+        let prepared = match containers.remove(&container_id) {
+            Some(Slot::Created(p)) => p,
+            Some(other) => {
+                containers.insert(container_id.clone(), other);
+                wasmtime::bail!("container {container_id} is not in the created state");
+            }
+            None => wasmtime::bail!("container {container_id} not found"),
+        };
+        let log = match CriLog::create(&prepared.spec.log_path) {
+            Ok(log) => log,
+            Err(e) => {
+                let path = prepared.spec.log_path.display().to_string();
+                containers.insert(container_id, Slot::Created(prepared));
+                wasmtime::bail!("cannot open log file {path}: {e}");
+            }
+        };
+        let cancel = CancellationToken::new();
+        let (exited_tx, exited_rx) = watch::channel(false);
+        containers.insert(
+            container_id.clone(),
+            Slot::Running {
+                cancel: cancel.clone(),
+                exited: exited_rx,
+            },
+        );
+        drop(containers);
+
+        let this = self.clone();
+        let _ = self.out.send(Message::Started {
+            container_id: container_id.clone(),
+            at: Timestamp::now(),
+        });
+        tokio::spawn(async move {
+            let exit = tokio::select! {
+                exit = run(&this.engine, *prepared, log.clone()) => exit,
+                () = cancel.cancelled() => Exit {
+                    code: KILLED_EXIT_CODE,
+                    reason: "Error".into(),
+                    message: "stopped by the node".into(),
+                },
+            };
+            let _ = log.close();
+            this.containers
+                .lock()
+                .unwrap()
+                .insert(container_id.clone(), Slot::Exited);
+            let _ = this.out.send(Message::Exited {
+                container_id,
+                at: Timestamp::now(),
+                exit,
+            });
+            let _ = exited_tx.send(true);
+        });
+        Ok(())
+    }
+}
+
+/// Runs one container's guest to the end and says how it ended.
+async fn run(engine: &Engine, prepared: Prepared, log: CriLog) -> Exit {
+    let Prepared { spec, program } = prepared;
+    let limiter = MemoryLimiter::new(spec.memory_limit_bytes);
+    let wasi = match wasi_builder(&spec, &log) {
+        Ok(b) => b,
+        Err(e) => {
+            return Exit {
+                code: 128,
+                reason: "StartError".into(),
+                message: format!("{e:#}"),
+            };
+        }
+    };
+    let (result, limiter) = match program {
+        Program::Module(pre) => {
+            let mut wasi = wasi;
+            let mut store = Store::new(
+                engine,
+                P1State {
+                    wasi: wasi.build_p1(),
+                    limiter,
+                },
+            );
+            store.limiter(|s| &mut s.limiter);
+            store.epoch_deadline_async_yield_and_update(1);
+            let result = async {
+                let instance = pre.instantiate_async(&mut store).await?;
+                let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
+                start.call_async(&mut store, ()).await
+            }
+            .await
+            .map(|()| 0);
+            (result, store.into_data().limiter)
+        }
+        Program::Component(pre) => {
+            let mut wasi = wasi;
+            let mut store = Store::new(
+                engine,
+                P2State {
+                    ctx: wasi.build(),
+                    table: ResourceTable::new(),
+                    limiter,
+                },
+            );
+            store.limiter(|s| &mut s.limiter);
+            store.epoch_deadline_async_yield_and_update(1);
+            let result = async {
+                let command = pre.instantiate_async(&mut store).await?;
+                command.wasi_cli_run().call_run(&mut store).await
+            }
+            .await
+            .map(|r| if r.is_ok() { 0 } else { 1 });
+            (result, store.into_data().limiter)
+        }
+    };
+    exit_of(result, &limiter)
+}
+
+/// Maps a guest's result to a container exit, the way a container runtime reports a
+/// process: `proc_exit(n)` is exit code n; a trap is an abort (134) unless the guest
+/// had just been refused memory above its limit, which is an OOM kill (137).
+fn exit_of(result: wasmtime::Result<i32>, limiter: &MemoryLimiter) -> Exit {
+    match result {
+        Ok(code) => Exit::code(code),
+        Err(e) => {
+            if let Some(I32Exit(code)) = e.downcast_ref::<I32Exit>() {
+                return Exit::code(*code);
+            }
+            let message = format!("{e:#}");
+            if limiter.refused {
+                Exit {
+                    code: KILLED_EXIT_CODE,
+                    reason: "OOMKilled".into(),
+                    message: format!(
+                        "memory limit of {} bytes reached: {message}",
+                        limiter.limit.unwrap_or_default()
+                    ),
+                }
+            } else {
+                Exit {
+                    code: TRAP_EXIT_CODE,
+                    reason: "Error".into(),
+                    message,
+                }
+            }
+        }
+    }
+}
+
+fn wasi_builder(spec: &ContainerSpec, log: &CriLog) -> wasmtime::Result<WasiCtxBuilder> {
+    let mut b = WasiCtx::builder();
+    b.args(&spec.argv)
+        .envs(&spec.env)
+        .stdout(CriOutput::new(log.clone(), Stream::Stdout))
+        .stderr(CriOutput::new(log.clone(), Stream::Stderr));
+    for p in &spec.preopens {
+        let perms = if p.readonly {
+            FsPerms::ReadOnly
+        } else {
+            FsPerms::ReadWrite
+        };
+        b.preopened_dir(&p.host_path, &p.guest_path, perms)
+            .with_context(|| format!("preopening {} at {}", p.host_path.display(), p.guest_path))?;
+    }
+    Ok(b)
+}
+
+struct P1State {
+    wasi: WasiP1Ctx,
+    limiter: MemoryLimiter,
+}
+
+struct P2State {
+    ctx: WasiCtx,
+    table: ResourceTable,
+    limiter: MemoryLimiter,
+}
+
+impl WasiView for P2State {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.ctx,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Caps the sum of a container's linear memories and remembers a refusal, so a trap
+/// that follows can be reported as an OOM kill.
+struct MemoryLimiter {
+    limit: Option<u64>,
+    used: u64,
+    refused: bool,
+}
+
+impl MemoryLimiter {
+    fn new(limit: Option<u64>) -> Self {
+        MemoryLimiter {
+            limit,
+            used: 0,
+            refused: false,
+        }
+    }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let grow = (desired - current) as u64;
+        if let Some(limit) = self.limit {
+            if self.used + grow > limit {
+                self.refused = true;
+                return Ok(false);
+            }
+        }
+        self.used += grow;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        _desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(true)
+    }
+}

@@ -1,0 +1,1 @@
+//! Integration tests of the Wasm runtime against real guests.
