@@ -1,1 +1,63 @@
-fn main() {}
+//! `cargo xtask <task>`: the project's build chores that are not cargo's.
+//!
+//! Each task is a variant of [`Task`]; its logic lives in a library
+//! (`wasmlet_testkit::images` for guest builds and OCI archives) so tests
+//! can run the same code.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use wasmlet_testkit::images;
+
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about = "wasmlet build tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Build the Wasm guests in examples/workloads (Debian toolchain,
+    /// wasm32-wasip1) and write their OCI archives.
+    Images {
+        /// Where to write `<name>.tar` and `<name>.wasm` [default: <workspace>/target/images].
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().task {
+        Task::Images { out_dir } => images_task(out_dir),
+    }
+}
+
+fn images_task(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let root = images::workspace_root()?;
+    let out_dir = out_dir.unwrap_or_else(|| root.join("target").join("images"));
+    let started = Instant::now();
+    eprintln!(
+        "building Wasm guests in {} (a cold build takes a minute or two)",
+        root.join("examples/workloads").display()
+    );
+    let guests = images::build_guests(&root)?;
+    let built = images::write_example_images(&guests, &out_dir)
+        .with_context(|| format!("writing images to {}", out_dir.display()))?;
+    for image in &built {
+        println!(
+            "{}\t{}\t{}",
+            image.archive.display(),
+            image.reference,
+            image.manifest_digest
+        );
+    }
+    eprintln!(
+        "{} images in {:.1} s",
+        built.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

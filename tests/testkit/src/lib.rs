@@ -1,1 +1,7 @@
-//! wasmlet-testkit
+//! wasmlet-testkit: the real parts wasmlet's tests run against.
+//!
+//! [`images`] builds the example Wasm guests (`examples/workloads`) with the
+//! Debian toolchain and packages them as OCI archives in the layouts the node
+//! must pull and import; start at [`images::ensure_example_images`].
+
+pub mod images;

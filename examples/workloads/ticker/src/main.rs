@@ -1,0 +1,35 @@
+//! `ticker`: prints `tick N` (N from 1) every `INTERVAL_MS` milliseconds
+//! (default 1000), flushing each line. With `TICKS=N` it stops after N ticks
+//! and exits 0; otherwise it runs until killed.
+
+use std::io::Write;
+use std::time::Duration;
+
+fn env_number(name: &str) -> Option<u64> {
+    let raw = std::env::var(name).ok()?;
+    match raw.trim().parse() {
+        Ok(n) => Some(n),
+        Err(_) => {
+            eprintln!("ignoring {name}={raw:?}: not a non-negative integer");
+            None
+        }
+    }
+}
+
+fn main() {
+    let ticks = env_number("TICKS");
+    let interval = Duration::from_millis(env_number("INTERVAL_MS").unwrap_or(1000));
+    let stdout = std::io::stdout();
+    let mut n: u64 = 0;
+    loop {
+        if ticks.is_some_and(|max| n >= max) {
+            return;
+        }
+        n += 1;
+        let mut out = stdout.lock();
+        let _ = writeln!(out, "tick {n}");
+        let _ = out.flush();
+        drop(out);
+        std::thread::sleep(interval);
+    }
+}
