@@ -1,1 +1,59 @@
-//! wasmlet-proto
+//! wasmlet-proto: the gRPC wire contracts wasmlet speaks, compiled from the
+//! `.proto` files in this crate by `build.rs` (protox + tonic-prost-build) into
+//! prost messages and tonic clients and servers.
+//!
+//! - [`cri::v1`]: Kubernetes CRI v1 (`runtime.v1`), `RuntimeService` and
+//!   `ImageService`, matching k8s.io/cri-api v0.33.x (Kubernetes v1.33).
+//!   wasmlet is the client; containerd and CRI-O are the servers.
+//! - [`deviceplugin::v1beta1`]: the device plugin API (`v1beta1`),
+//!   `Registration` (served by wasmlet) and `DevicePlugin` (served by plugins),
+//!   matching k8s.io/kubelet v0.33.x.
+//! - [`pluginregistration::v1`]: plugin discovery (`pluginregistration`),
+//!   `Registration` served by plugins on their registry socket, matching
+//!   k8s.io/kubelet v0.33.x.
+//! - [`csi::v1`]: CSI (`csi.v1`) `Identity` and `Node` services, matching the
+//!   CSI specification v1.9.0 (the Controller-side services are not included).
+//!
+//! Field numbers are the upstream ones, so these types interoperate with real
+//! runtimes and plugins. Google well-known types map to [`prost_types`].
+//! [`FILE_DESCRIPTOR_SET`] holds the encoded descriptors of all four files.
+//!
+//! Start reading at the `.proto` files; each names its upstream source and
+//! what (if anything) was left out.
+
+/// Kubernetes Container Runtime Interface.
+pub mod cri {
+    /// CRI v1, protobuf package `runtime.v1`.
+    pub mod v1 {
+        tonic::include_proto!("runtime.v1");
+    }
+}
+
+/// Kubernetes device plugin API.
+pub mod deviceplugin {
+    /// Device plugin API v1beta1, protobuf package `v1beta1`.
+    pub mod v1beta1 {
+        tonic::include_proto!("v1beta1");
+    }
+}
+
+/// Kubernetes plugin registration (pluginwatcher) API.
+pub mod pluginregistration {
+    /// Plugin registration v1, protobuf package `pluginregistration`.
+    pub mod v1 {
+        tonic::include_proto!("pluginregistration");
+    }
+}
+
+/// Container Storage Interface.
+pub mod csi {
+    /// CSI v1, protobuf package `csi.v1` (Identity and Node services).
+    pub mod v1 {
+        tonic::include_proto!("csi.v1");
+    }
+}
+
+/// Encoded `google.protobuf.FileDescriptorSet` of every `.proto` file of this
+/// crate (with the well-known types they import), as compiled by `build.rs`.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/wasmlet_proto_descriptor.bin"));
