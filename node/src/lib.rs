@@ -1,1 +1,24 @@
-//! wasmlet-node
+//! `wasmlet-node`: the node agent. It does the kubelet's job for OCI containers and
+//! runs WebAssembly natively.
+//!
+//! Data flows from pod sources ([`podconfig`]) into the [`syncloop`], which hands each
+//! pod to its worker ([`workers`]); workers run [`sync::PodSyncer`] against the runtime
+//! the [`router`] picks, and publish statuses ([`status`]) that the node API
+//! ([`server`]) serves. [`pleg`] tells the loop when containers change. [`node::run`]
+//! wires it all from a validated [`config::NodeConfig`]. Start reading there.
+
+pub mod backoff;
+pub mod cli;
+pub mod config;
+pub mod duration;
+pub mod node;
+pub mod pleg;
+pub mod podconfig;
+pub mod qos;
+pub mod quantity;
+pub mod router;
+pub mod server;
+pub mod status;
+pub mod sync;
+pub mod syncloop;
+pub mod workers;

@@ -122,7 +122,7 @@ fn record(stream: Stream, tag: char, text: &[u8], out: &mut Vec<u8>) {
     let _ = write!(
         out,
         "{} {} {} ",
-        now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        now.strftime("%Y-%m-%dT%H:%M:%S.%9fZ"),
         stream.as_str(),
         tag
     );

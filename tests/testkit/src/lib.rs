@@ -3,5 +3,7 @@
 //! [`images`] builds the example Wasm guests (`examples/workloads`) with the
 //! Debian toolchain and packages them as OCI archives in the layouts the node
 //! must pull and import; start at [`images::ensure_example_images`].
+//! [`node`] runs the real `wasmlet` binary for end-to-end tests.
 
 pub mod images;
+pub mod node;

@@ -1,0 +1,505 @@
+//! The node's configuration: the kubelet's flags and its `KubeletConfiguration` file,
+//! merged (flags win) and validated into one [`NodeConfig`].
+//!
+//! Every bad value is reported at once; the binary exits with a usage error rather
+//! than starting with half a configuration. Fields wasmlet adds live under a
+//! `wasmlet:` key in the same YAML document.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use serde::Deserialize;
+
+use crate::duration;
+
+/// The kubelet flags wasmlet shares, plus its own.
+#[derive(Args, Clone, Debug, Default)]
+pub struct NodeFlags {
+    /// A KubeletConfiguration YAML (or JSON) file; flags override its values.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Directory for the node's state: image store, compile cache, checkpoints.
+    #[arg(long, value_name = "DIR")]
+    pub root_dir: Option<PathBuf>,
+    /// Directory of static pod manifests (same as staticPodPath).
+    #[arg(long, value_name = "DIR")]
+    pub pod_manifest_path: Option<PathBuf>,
+    /// The node's name instead of the hostname.
+    #[arg(long, value_name = "NAME")]
+    pub hostname_override: Option<String>,
+    /// IP address the node's servers bind to (same as address).
+    #[arg(long, value_name = "IP")]
+    pub address: Option<IpAddr>,
+    /// Unauthenticated read-only port serving /pods and /healthz; 0 disables it.
+    #[arg(long, value_name = "PORT")]
+    pub read_only_port: Option<u16>,
+    /// Port of the /healthz endpoint; 0 disables it.
+    #[arg(long, value_name = "PORT")]
+    pub healthz_port: Option<u16>,
+    /// IP address the /healthz endpoint binds to.
+    #[arg(long, value_name = "IP")]
+    pub healthz_bind_address: Option<IpAddr>,
+    /// Where container log files go (podLogsDir).
+    #[arg(long, value_name = "DIR")]
+    pub pod_logs_dir: Option<PathBuf>,
+    /// How often the static pod directory is rescanned, besides inotify (e.g. 20s).
+    #[arg(long, value_name = "DURATION")]
+    pub file_check_frequency: Option<String>,
+    /// How often every pod is synced even without a change (e.g. 1m).
+    #[arg(long, value_name = "DURATION")]
+    pub sync_frequency: Option<String>,
+    /// The program that runs Wasm pod sandboxes (default: this binary, `sandbox`).
+    #[arg(long, value_name = "FILE", hide = true)]
+    pub sandbox_program: Option<PathBuf>,
+}
+
+/// The fields of `KubeletConfiguration` (kubelet.config.k8s.io/v1beta1) wasmlet reads.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KubeletConfiguration {
+    api_version: Option<String>,
+    kind: Option<String>,
+    static_pod_path: Option<PathBuf>,
+    file_check_frequency: Option<String>,
+    sync_frequency: Option<String>,
+    address: Option<String>,
+    read_only_port: Option<i64>,
+    healthz_port: Option<i64>,
+    healthz_bind_address: Option<String>,
+    pod_logs_dir: Option<PathBuf>,
+    max_pods: Option<i64>,
+    wasmlet: Option<WasmletSection>,
+    #[serde(flatten)]
+    other: BTreeMap<String, serde_json::Value>,
+}
+
+/// wasmlet's own settings, under `wasmlet:` in the config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct WasmletSection {
+    /// Container restart back-off: first delay, doubled per crash up to `max`.
+    restart_backoff: Option<BackoffSection>,
+    housekeeping_interval: Option<String>,
+    pleg_relist_period: Option<String>,
+    /// RuntimeClass name -> handler. `wasmtime` is always there.
+    runtime_handlers: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackoffSection {
+    initial: Option<String>,
+    max: Option<String>,
+}
+
+/// The validated configuration the node runs with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeConfig {
+    pub node_name: String,
+    pub root_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
+    pub static_pod_path: Option<PathBuf>,
+    pub file_check_frequency: Duration,
+    pub sync_frequency: Duration,
+    pub address: IpAddr,
+    pub read_only_port: u16,
+    pub healthz_bind_address: IpAddr,
+    pub healthz_port: u16,
+    pub max_pods: u32,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    pub housekeeping_interval: Duration,
+    pub pleg_relist_period: Duration,
+    /// The PLEG is unhealthy when no relist succeeded for this long.
+    pub pleg_unhealthy_after: Duration,
+    pub runtime_handlers: BTreeMap<String, String>,
+    pub sandbox_program: PathBuf,
+    pub sandbox_args: Vec<String>,
+}
+
+impl NodeConfig {
+    /// The image store under a root directory (for `wasmlet images`).
+    pub fn image_store_dir_under(root: &std::path::Path) -> PathBuf {
+        root.join("image-store")
+    }
+
+    /// The directory where OCI archives dropped by an operator are imported at start.
+    pub fn image_drop_dir(&self) -> PathBuf {
+        self.root_dir.join("images")
+    }
+
+    /// The content-addressed image store.
+    pub fn image_store_dir(&self) -> PathBuf {
+        Self::image_store_dir_under(&self.root_dir)
+    }
+
+    /// The compile cache of precompiled Wasm.
+    pub fn compile_cache_dir(&self) -> PathBuf {
+        self.root_dir.join("wasm-cache")
+    }
+}
+
+/// The kubelet's defaults, with the paths wasmlet uses.
+pub const DEFAULT_ROOT_DIR: &str = "/var/lib/wasmlet";
+pub const DEFAULT_POD_LOGS_DIR: &str = "/var/log/pods";
+
+/// Every problem found in the configuration, reported together.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
+pub struct ConfigErrors(pub Vec<String>);
+
+impl NodeFlags {
+    /// Merges the config file (if any) and the flags into a validated [`NodeConfig`].
+    pub fn resolve(&self) -> Result<NodeConfig, ConfigErrors> {
+        let mut errors = Vec::new();
+        let file = match &self.config {
+            Some(path) => match load_file(path) {
+                Ok(f) => f,
+                Err(e) => {
+                    errors.push(e);
+                    KubeletConfiguration::default()
+                }
+            },
+            None => KubeletConfiguration::default(),
+        };
+        if let Some(v) = &file.api_version {
+            if v != "kubelet.config.k8s.io/v1beta1" {
+                errors.push(format!(
+                    "apiVersion: {v:?} is not kubelet.config.k8s.io/v1beta1"
+                ));
+            }
+        }
+        if let Some(k) = &file.kind {
+            if k != "KubeletConfiguration" {
+                errors.push(format!("kind: {k:?} is not KubeletConfiguration"));
+            }
+        }
+        for key in file.other.keys() {
+            tracing::info!(
+                "config: ignoring KubeletConfiguration field {key:?}, which wasmlet does not use"
+            );
+        }
+        let section = file.wasmlet.unwrap_or_default();
+        let backoff = section.restart_backoff.unwrap_or_default();
+
+        let mut dur =
+            |name: &str, flag: &Option<String>, field: &Option<String>, default: Duration| {
+                match flag.as_ref().or(field.as_ref()) {
+                    None => default,
+                    Some(s) => match duration::parse(s) {
+                        Ok(d) => d,
+                        Err(e) => {
+                            errors.push(format!("{name}: {e}"));
+                            default
+                        }
+                    },
+                }
+            };
+        let file_check_frequency = dur(
+            "fileCheckFrequency",
+            &self.file_check_frequency,
+            &file.file_check_frequency,
+            Duration::from_secs(20),
+        );
+        let sync_frequency = dur(
+            "syncFrequency",
+            &self.sync_frequency,
+            &file.sync_frequency,
+            Duration::from_secs(60),
+        );
+        let backoff_initial = dur(
+            "wasmlet.restartBackoff.initial",
+            &None,
+            &backoff.initial,
+            Duration::from_secs(10),
+        );
+        let backoff_max = dur(
+            "wasmlet.restartBackoff.max",
+            &None,
+            &backoff.max,
+            Duration::from_secs(300),
+        );
+        let housekeeping_interval = dur(
+            "wasmlet.housekeepingInterval",
+            &None,
+            &section.housekeeping_interval,
+            Duration::from_secs(2),
+        );
+        let pleg_relist_period = dur(
+            "wasmlet.plegRelistPeriod",
+            &None,
+            &section.pleg_relist_period,
+            Duration::from_secs(1),
+        );
+
+        let mut port = |name: &str, flag: Option<u16>, field: Option<i64>, default: u16| match flag
+        {
+            Some(p) => p,
+            None => match field {
+                None => default,
+                Some(p) => u16::try_from(p).unwrap_or_else(|_| {
+                    errors.push(format!("{name}: {p} is not a port number (0-65535)"));
+                    default
+                }),
+            },
+        };
+        let read_only_port = port("readOnlyPort", self.read_only_port, file.read_only_port, 0);
+        let healthz_port = port("healthzPort", self.healthz_port, file.healthz_port, 10248);
+
+        let mut ip = |name: &str, flag: Option<IpAddr>, field: &Option<String>, default: &str| {
+            flag.unwrap_or_else(|| {
+                let s = field.as_deref().unwrap_or(default);
+                s.parse().unwrap_or_else(|_| {
+                    errors.push(format!("{name}: {s:?} is not an IP address"));
+                    default.parse().expect("default IPs parse")
+                })
+            })
+        };
+        let address = ip("address", self.address, &file.address, "0.0.0.0");
+        let healthz_bind_address = ip(
+            "healthzBindAddress",
+            self.healthz_bind_address,
+            &file.healthz_bind_address,
+            "127.0.0.1",
+        );
+
+        let max_pods = match file.max_pods {
+            None => 110,
+            Some(n) if n > 0 && n <= u32::MAX as i64 => n as u32,
+            Some(n) => {
+                errors.push(format!("maxPods: {n} must be positive"));
+                110
+            }
+        };
+        for (name, d) in [
+            ("fileCheckFrequency", file_check_frequency),
+            ("syncFrequency", sync_frequency),
+            ("wasmlet.housekeepingInterval", housekeeping_interval),
+            ("wasmlet.plegRelistPeriod", pleg_relist_period),
+            ("wasmlet.restartBackoff.initial", backoff_initial),
+        ] {
+            if d.is_zero() {
+                errors.push(format!("{name}: must be greater than zero"));
+            }
+        }
+        if backoff_max < backoff_initial {
+            errors.push(format!(
+                "wasmlet.restartBackoff.max ({}) is less than initial ({})",
+                duration::format(backoff_max),
+                duration::format(backoff_initial)
+            ));
+        }
+
+        let node_name = match &self.hostname_override {
+            Some(n) => n.trim().to_lowercase(),
+            None => hostname().to_lowercase(),
+        };
+        if node_name.is_empty() || !is_dns_subdomain(&node_name) {
+            errors.push(format!(
+                "node name {node_name:?} is not a valid DNS subdomain (use --hostname-override)"
+            ));
+        }
+
+        let mut runtime_handlers = section.runtime_handlers.unwrap_or_default();
+        runtime_handlers
+            .entry(wasmlet_runtime_wasm::HANDLER.to_owned())
+            .or_insert_with(|| wasmlet_runtime_wasm::HANDLER.to_owned());
+        for (class, handler) in &runtime_handlers {
+            if handler != wasmlet_runtime_wasm::HANDLER {
+                errors.push(format!(
+                    "wasmlet.runtimeHandlers.{class}: handler {handler:?} needs a CRI runtime, which this node does not have configured"
+                ));
+            }
+        }
+
+        let sandbox_program = match &self.sandbox_program {
+            Some(p) => p.clone(),
+            None => match std::env::current_exe() {
+                Ok(p) => p,
+                Err(e) => {
+                    errors.push(format!("cannot find the wasmlet binary for sandboxes: {e}"));
+                    PathBuf::new()
+                }
+            },
+        };
+        let sandbox_args = if self.sandbox_program.is_some() {
+            Vec::new()
+        } else {
+            vec!["sandbox".to_owned()]
+        };
+
+        if !errors.is_empty() {
+            return Err(ConfigErrors(errors));
+        }
+        Ok(NodeConfig {
+            node_name,
+            root_dir: self
+                .root_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT_DIR)),
+            pod_logs_dir: self
+                .pod_logs_dir
+                .clone()
+                .or(file.pod_logs_dir)
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_POD_LOGS_DIR)),
+            static_pod_path: self.pod_manifest_path.clone().or(file.static_pod_path),
+            file_check_frequency,
+            sync_frequency,
+            address,
+            read_only_port,
+            healthz_bind_address,
+            healthz_port,
+            max_pods,
+            backoff_initial,
+            backoff_max,
+            housekeeping_interval,
+            pleg_relist_period,
+            pleg_unhealthy_after: Duration::from_secs(180),
+            runtime_handlers,
+            sandbox_program,
+            sandbox_args,
+        })
+    }
+}
+
+fn load_file(path: &Path) -> Result<KubeletConfiguration, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// RFC 1123 subdomain: lower-case alphanumerics, `-` and `.`, at most 253 characters.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// RFC 1123 label: a single DNS label, as container names must be.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.contains('.') && is_dns_subdomain(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags_with_file(yaml: &str) -> (tempfile::TempDir, NodeFlags) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        let flags = NodeFlags {
+            config: Some(path),
+            hostname_override: Some("node-a".into()),
+            ..Default::default()
+        };
+        (dir, flags)
+    }
+
+    #[test]
+    fn defaults_are_the_kubelets() {
+        let flags = NodeFlags {
+            hostname_override: Some("Node-A".into()),
+            ..Default::default()
+        };
+        let c = flags.resolve().unwrap();
+        assert_eq!(c.node_name, "node-a");
+        assert_eq!(c.file_check_frequency, Duration::from_secs(20));
+        assert_eq!(c.sync_frequency, Duration::from_secs(60));
+        assert_eq!(c.read_only_port, 0);
+        assert_eq!(c.healthz_port, 10248);
+        assert_eq!(c.healthz_bind_address.to_string(), "127.0.0.1");
+        assert_eq!(c.max_pods, 110);
+        assert_eq!(c.backoff_initial, Duration::from_secs(10));
+        assert_eq!(c.backoff_max, Duration::from_secs(300));
+        assert_eq!(c.housekeeping_interval, Duration::from_secs(2));
+        assert_eq!(c.pleg_relist_period, Duration::from_secs(1));
+        assert_eq!(c.root_dir, PathBuf::from("/var/lib/wasmlet"));
+        assert_eq!(c.pod_logs_dir, PathBuf::from("/var/log/pods"));
+        assert_eq!(c.sandbox_args, ["sandbox"]);
+    }
+
+    #[test]
+    fn the_file_is_read_and_flags_win() {
+        let (_dir, mut flags) = flags_with_file(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\n\
+             kind: KubeletConfiguration\n\
+             staticPodPath: /etc/manifests\n\
+             fileCheckFrequency: 5s\n\
+             syncFrequency: 30s\n\
+             readOnlyPort: 10255\n\
+             healthzPort: 0\n\
+             maxPods: 20\n\
+             podLogsDir: /tmp/pods\n\
+             wasmlet:\n  restartBackoff: {initial: 100ms, max: 1s}\n",
+        );
+        flags.read_only_port = Some(10300);
+        let c = flags.resolve().unwrap();
+        assert_eq!(c.static_pod_path, Some(PathBuf::from("/etc/manifests")));
+        assert_eq!(c.file_check_frequency, Duration::from_secs(5));
+        assert_eq!(c.sync_frequency, Duration::from_secs(30));
+        assert_eq!(c.read_only_port, 10300);
+        assert_eq!(c.healthz_port, 0);
+        assert_eq!(c.max_pods, 20);
+        assert_eq!(c.pod_logs_dir, PathBuf::from("/tmp/pods"));
+        assert_eq!(c.backoff_initial, Duration::from_millis(100));
+        assert_eq!(c.backoff_max, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn every_bad_value_is_reported_at_once() {
+        let (_dir, flags) = flags_with_file(
+            "kind: Pod\n\
+             fileCheckFrequency: often\n\
+             readOnlyPort: 70000\n\
+             address: not-an-ip\n\
+             maxPods: -1\n\
+             wasmlet:\n  restartBackoff: {initial: 10s, max: 1s}\n",
+        );
+        let errors = flags.resolve().unwrap_err().0;
+        let text = errors.join("\n");
+        for want in [
+            "kind",
+            "fileCheckFrequency",
+            "readOnlyPort: 70000",
+            "address",
+            "maxPods",
+            "restartBackoff.max",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in:\n{text}");
+        }
+        assert_eq!(errors.len(), 6, "{text}");
+    }
+
+    #[test]
+    fn an_unknown_wasmlet_field_is_an_error() {
+        let (_dir, flags) = flags_with_file("wasmlet:\n  restartBackof: {initial: 1s}\n");
+        let text = flags.resolve().unwrap_err().0.join("\n");
+        assert!(text.contains("restartBackof"), "{text}");
+    }
+
+    #[test]
+    fn dns_names() {
+        assert!(is_dns_subdomain("node-1.example.com"));
+        assert!(!is_dns_subdomain("Node"));
+        assert!(!is_dns_subdomain("-a"));
+        assert!(is_dns_label("web"));
+        assert!(!is_dns_label("a.b"));
+    }
+}

@@ -1,0 +1,175 @@
+//! Wiring: builds the node's parts from a [`NodeConfig`] and runs them until cancelled.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use wasmlet_runtime::Runtime;
+use wasmlet_runtime_wasm::{ImageStore, SandboxCommand, WasmRuntime, WasmRuntimeConfig};
+
+use crate::config::NodeConfig;
+use crate::pleg::{self, RelistHealth};
+use crate::podconfig::file::FileSource;
+use crate::router::RuntimeRouter;
+use crate::server::{self, Check, ServerState};
+use crate::status::StatusStore;
+use crate::sync::PodSyncer;
+use crate::syncloop::{LoopHealth, LoopTiming, SyncLoop};
+
+/// Imports every OCI archive in the drop directory. A bad archive is reported by name
+/// and skipped; the others are imported.
+pub fn import_drop_dir(store: &ImageStore, dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut paths: Vec<_> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            !name.starts_with('.')
+                && (name.ends_with(".tar") || name.ends_with(".tar.gz") || name.ends_with(".tgz"))
+        })
+        .collect();
+    paths.sort();
+    let mut imported = 0;
+    for path in paths {
+        match store.import_archive(&path) {
+            Ok(entries) => {
+                for e in entries {
+                    tracing::info!(archive = %path.display(), image = %e.reference, id = %e.image.manifest_digest, "imported image");
+                    imported += 1;
+                }
+            }
+            Err(e) => tracing::error!("cannot import image archive: {e}"),
+        }
+    }
+    imported
+}
+
+/// Runs the node until `cancel` fires, then stops its Wasm sandboxes.
+pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Result<()> {
+    let started = Instant::now();
+    for dir in [&config.root_dir, &config.pod_logs_dir] {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let wasm = WasmRuntime::new(WasmRuntimeConfig {
+        image_dir: config.image_store_dir(),
+        compile_cache_dir: config.compile_cache_dir(),
+        sandbox: SandboxCommand {
+            program: config.sandbox_program.clone(),
+            args: config.sandbox_args.clone(),
+        },
+    })
+    .context("starting the Wasm runtime")?;
+    import_drop_dir(wasm.images(), &config.image_drop_dir());
+
+    let wasm_dyn: Arc<dyn Runtime> = Arc::new(wasm.clone());
+    let handlers = BTreeMap::from([(wasmlet_runtime_wasm::HANDLER.to_owned(), wasm_dyn)]);
+    let router = RuntimeRouter::new(
+        config.runtime_handlers.clone(),
+        handlers,
+        wasmlet_runtime_wasm::HANDLER,
+    );
+    let syncer = Arc::new(PodSyncer::new(
+        router.clone(),
+        config.backoff_initial,
+        config.backoff_max,
+        config.pod_logs_dir.clone(),
+    ));
+    let statuses = StatusStore::default();
+    let loop_health = LoopHealth::default();
+    let relist_health = RelistHealth::default();
+
+    let loop_threshold = (config.sync_frequency * 2).max(Duration::from_secs(300));
+    let pleg_threshold = config.pleg_unhealthy_after;
+    let checks: Vec<(&'static str, Check)> = vec![
+        ("syncloop", {
+            let h = loop_health.clone();
+            Arc::new(move || h.check(loop_threshold))
+        }),
+        ("pleg", {
+            let h = relist_health.clone();
+            Arc::new(move || h.check(started, pleg_threshold))
+        }),
+    ];
+    let state = ServerState {
+        statuses: statuses.clone(),
+        checks,
+    };
+    let mut servers = Vec::new();
+    if config.read_only_port != 0 {
+        let addr = SocketAddr::new(config.address, config.read_only_port);
+        servers.push(
+            server::serve(
+                addr,
+                server::read_only_router(state.clone()),
+                cancel.clone(),
+            )
+            .await?,
+        );
+        tracing::info!(%addr, "serving the read-only API (/pods, /healthz)");
+    }
+    if config.healthz_port != 0 {
+        let addr = SocketAddr::new(config.healthz_bind_address, config.healthz_port);
+        servers.push(
+            server::serve(addr, server::healthz_router(state.clone()), cancel.clone()).await?,
+        );
+        tracing::info!(%addr, "serving /healthz");
+    }
+
+    let (sources_tx, sources_rx) = mpsc::channel(16);
+    match &config.static_pod_path {
+        Some(dir) => {
+            tracing::info!(dir = %dir.display(), "watching static pod manifests");
+            let source = FileSource::new(dir, &config.node_name);
+            tokio::spawn(source.run(
+                config.file_check_frequency,
+                sources_tx.clone(),
+                cancel.clone(),
+            ));
+        }
+        None => tracing::warn!("no static pod path and no API server: this node has no pod source"),
+    }
+    let (pleg_tx, pleg_rx) = mpsc::channel(1024);
+    tokio::spawn(pleg::run(
+        router.clone(),
+        config.pleg_relist_period,
+        relist_health,
+        pleg_tx,
+        cancel.clone(),
+    ));
+
+    tracing::info!(node = %config.node_name, root_dir = %config.root_dir.display(), "wasmlet is running");
+    let sync_loop = SyncLoop::new(
+        syncer,
+        statuses,
+        LoopTiming {
+            housekeeping_interval: config.housekeeping_interval,
+            sync_frequency: config.sync_frequency,
+        },
+        loop_health,
+    );
+    sync_loop.run(sources_rx, pleg_rx, cancel.clone()).await;
+    drop(sources_tx);
+
+    tracing::info!("shutting down: stopping Wasm sandboxes");
+    let sandboxes = wasm.list_pod_sandboxes().await.unwrap_or_default();
+    let stops = sandboxes.iter().map(|sb| wasm.stop_pod_sandbox(&sb.id));
+    if tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(stops))
+        .await
+        .is_err()
+    {
+        tracing::warn!("some sandboxes did not stop within 10s; they are killed");
+    }
+    for s in servers {
+        let _ = tokio::time::timeout(Duration::from_secs(2), s).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,71 @@
+//! Kubernetes resource quantities (`64Mi`, `500m`, `1.5G`, `1e3`).
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+/// The value of a quantity as a float (`500m` is 0.5, `1Ki` is 1024).
+pub fn parse(q: &Quantity) -> Result<f64, String> {
+    let s = q.0.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(s.len());
+    let (num, suffix) = s.split_at(split);
+    let value: f64 = num.parse().map_err(|_| format!("invalid quantity {s:?}"))?;
+    let factor = match suffix {
+        "" => 1.0,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        e if e.starts_with(['e', 'E']) => {
+            let exp: i32 = e[1..]
+                .parse()
+                .map_err(|_| format!("invalid exponent in quantity {s:?}"))?;
+            10f64.powi(exp)
+        }
+        _ => return Err(format!("invalid suffix in quantity {s:?}")),
+    };
+    Ok(value * factor)
+}
+
+/// A byte quantity rounded up to a whole number of bytes.
+pub fn bytes(q: &Quantity) -> Result<u64, String> {
+    let v = parse(q)?;
+    if v < 0.0 {
+        return Err(format!("negative quantity {:?}", q.0));
+    }
+    Ok(v.ceil() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_kubernetes_quantities() {
+        let cases = [
+            ("64Mi", 64.0 * 1024.0 * 1024.0),
+            ("1Gi", 1024f64.powi(3)),
+            ("500m", 0.5),
+            ("2", 2.0),
+            ("1.5k", 1500.0),
+            ("1e3", 1000.0),
+            ("128974848", 128974848.0),
+            ("129M", 129e6),
+        ];
+        for (s, want) in cases {
+            assert_eq!(parse(&Quantity(s.into())).unwrap(), want, "{s}");
+        }
+        assert!(parse(&Quantity("lots".into())).is_err());
+        assert!(parse(&Quantity("1Qi".into())).is_err());
+        assert_eq!(bytes(&Quantity("0.5Ki".into())).unwrap(), 512);
+    }
+}

@@ -1,0 +1,346 @@
+//! Pod status, computed the kubelet's way from what the pod worker knows, and the
+//! store the node API reads.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{
+    ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus as ApiContainerStatus, Pod, PodCondition, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use wasmlet_runtime::{ContainerState, ContainerStatus};
+
+use crate::podconfig::uid;
+use crate::qos::qos_class;
+use crate::sync::{PodState, restart_policy};
+
+fn time(t: Timestamp) -> Time {
+    // Kubernetes times have second precision on the wire.
+    Time(Timestamp::from_second(t.as_second()).unwrap_or(t))
+}
+
+/// The scheme-prefixed container id, as in `containerStatuses[].containerID`.
+fn container_id(runtime: &str, id: &str) -> String {
+    format!("{runtime}://{id}")
+}
+
+fn terminated(runtime: &str, cs: &ContainerStatus) -> ContainerStateTerminated {
+    ContainerStateTerminated {
+        container_id: Some(container_id(runtime, &cs.id)),
+        exit_code: cs.exit_code,
+        reason: Some(cs.reason.clone()).filter(|r| !r.is_empty()),
+        message: Some(cs.message.clone()).filter(|m| !m.is_empty()),
+        started_at: cs.started_at.map(time),
+        finished_at: cs.finished_at.map(time),
+        signal: None,
+    }
+}
+
+fn image_id(cs: &ContainerStatus) -> String {
+    if cs.image_ref.is_empty() {
+        return String::new();
+    }
+    format!(
+        "{}@{}",
+        wasmlet_runtime_wasm::reference::repository(&cs.image),
+        cs.image_ref
+    )
+}
+
+/// Builds the status of `pod` from its worker's state. `previous` keeps condition
+/// transition times stable when a condition does not change.
+pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> PodStatus {
+    let scheme = if st.runtime_name == "wasm" {
+        "wasm"
+    } else {
+        st.runtime_name.as_str()
+    };
+    let spec = pod.spec.clone().unwrap_or_default();
+    let mut statuses = Vec::new();
+    for c in &spec.containers {
+        let rec = st.containers.get(&c.name).cloned().unwrap_or_default();
+        let mut s = ApiContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+            restart_count: rec.restart_count as i32,
+            ready: false,
+            started: Some(false),
+            ..Default::default()
+        };
+        if let Some(cs) = &rec.current {
+            s.container_id = Some(container_id(scheme, &cs.id));
+            s.image_id = image_id(cs);
+        }
+        s.last_state = rec.last_terminated.as_ref().map(|lt| ApiState {
+            terminated: Some(terminated(scheme, lt)),
+            ..Default::default()
+        });
+        let state = match (&rec.waiting, &rec.current) {
+            (Some(w), current) => {
+                // Waiting to restart: the instance that ended is the last state.
+                if let Some(cs) = current
+                    .as_ref()
+                    .filter(|cs| cs.state == ContainerState::Exited)
+                {
+                    s.last_state = Some(ApiState {
+                        terminated: Some(terminated(scheme, cs)),
+                        ..Default::default()
+                    });
+                }
+                ApiState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some(w.reason.clone()),
+                        message: Some(w.message.clone()).filter(|m| !m.is_empty()),
+                    }),
+                    ..Default::default()
+                }
+            }
+            (None, Some(cs)) => match cs.state {
+                ContainerState::Running => {
+                    s.ready = true;
+                    s.started = Some(true);
+                    ApiState {
+                        running: Some(ContainerStateRunning {
+                            started_at: cs.started_at.map(time),
+                        }),
+                        ..Default::default()
+                    }
+                }
+                ContainerState::Exited => ApiState {
+                    terminated: Some(terminated(scheme, cs)),
+                    ..Default::default()
+                },
+                ContainerState::Created | ContainerState::Unknown => ApiState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some("ContainerCreating".into()),
+                        message: None,
+                    }),
+                    ..Default::default()
+                },
+            },
+            (None, None) => ApiState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some("ContainerCreating".into()),
+                    message: None,
+                }),
+                ..Default::default()
+            },
+        };
+        s.state = Some(state);
+        statuses.push(s);
+    }
+
+    let phase = phase(restart_policy(pod), &statuses);
+    let sandbox_ready = st.sandbox.as_ref().is_some_and(|s| s.ready);
+    let unready: Vec<&str> = statuses
+        .iter()
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+    let finished = phase == "Succeeded" || phase == "Failed";
+    let (ready_status, ready_reason, ready_message) = if finished {
+        ("False", Some("PodCompleted"), None)
+    } else if unready.is_empty() {
+        ("True", None, None)
+    } else {
+        (
+            "False",
+            Some("ContainersNotReady"),
+            Some(format!(
+                "containers with unready status: [{}]",
+                unready.join(" ")
+            )),
+        )
+    };
+    let now = Timestamp::now();
+    let condition = |type_: &str, status: &str, reason: Option<&str>, message: Option<String>| {
+        let kept = previous
+            .and_then(|p| p.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == type_ && c.status == status))
+            .and_then(|c| c.last_transition_time.clone());
+        PodCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.map(str::to_owned),
+            message,
+            last_transition_time: Some(kept.unwrap_or_else(|| time(now))),
+            last_probe_time: None,
+            observed_generation: None,
+        }
+    };
+    let conditions = vec![
+        condition(
+            "PodReadyToStartContainers",
+            if sandbox_ready { "True" } else { "False" },
+            None,
+            None,
+        ),
+        condition("Initialized", "True", None, None),
+        condition("Ready", ready_status, ready_reason, ready_message.clone()),
+        condition("ContainersReady", ready_status, ready_reason, ready_message),
+        condition("PodScheduled", "True", None, None),
+    ];
+
+    PodStatus {
+        phase: Some(phase.into()),
+        conditions: Some(conditions),
+        container_statuses: Some(statuses),
+        qos_class: Some(qos_class(pod).into()),
+        start_time: st.start_time.map(time),
+        message: st.sandbox_error.clone(),
+        ..Default::default()
+    }
+}
+
+/// The pod phase from its container statuses: the kubelet's `getPhase` for pods
+/// without init containers.
+pub fn phase(restart_policy: &str, statuses: &[ApiContainerStatus]) -> &'static str {
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for s in statuses {
+        let state = s.state.clone().unwrap_or_default();
+        if state.running.is_some() {
+            running += 1;
+        } else if let Some(t) = &state.terminated {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if state.waiting.is_some() {
+            if s.last_state
+                .as_ref()
+                .is_some_and(|l| l.terminated.is_some())
+            {
+                stopped += 1;
+            } else {
+                waiting += 1;
+            }
+        } else {
+            // Unknown: treated as waiting, the pod is not yet known to run.
+            waiting += 1;
+        }
+    }
+    match () {
+        _ if waiting > 0 => "Pending",
+        _ if running > 0 => "Running",
+        _ if stopped > 0 => {
+            if restart_policy == "Always" {
+                "Running"
+            } else if stopped == succeeded {
+                "Succeeded"
+            } else if restart_policy == "Never" {
+                "Failed"
+            } else {
+                "Running"
+            }
+        }
+        _ => "Pending",
+    }
+}
+
+/// The pods the node runs, with their latest statuses, for the node API.
+#[derive(Clone, Default)]
+pub struct StatusStore {
+    inner: Arc<RwLock<HashMap<String, Pod>>>,
+}
+
+impl StatusStore {
+    /// Records a pod with its status.
+    pub fn set(&self, mut pod: Pod, status: PodStatus) {
+        pod.status = Some(status);
+        self.inner
+            .write()
+            .unwrap()
+            .insert(uid(&pod).to_owned(), pod);
+    }
+
+    /// The last status recorded for a pod.
+    pub fn status(&self, uid: &str) -> Option<PodStatus> {
+        self.inner
+            .read()
+            .unwrap()
+            .get(uid)
+            .and_then(|p| p.status.clone())
+    }
+
+    /// Forgets a pod that is gone.
+    pub fn remove(&self, uid: &str) {
+        self.inner.write().unwrap().remove(uid);
+    }
+
+    /// Every pod, sorted by namespace and name.
+    pub fn pods(&self) -> Vec<Pod> {
+        let mut pods: Vec<Pod> = self.inner.read().unwrap().values().cloned().collect();
+        pods.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        pods
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cs(state: &str, exit: i32, last_terminated: bool) -> ApiContainerStatus {
+        let mut s = ApiContainerStatus::default();
+        let mut st = ApiState::default();
+        match state {
+            "running" => st.running = Some(Default::default()),
+            "terminated" => {
+                st.terminated = Some(ContainerStateTerminated {
+                    exit_code: exit,
+                    ..Default::default()
+                })
+            }
+            "waiting" => st.waiting = Some(Default::default()),
+            _ => {}
+        }
+        s.state = Some(st);
+        if last_terminated {
+            s.last_state = Some(ApiState {
+                terminated: Some(Default::default()),
+                ..Default::default()
+            });
+        }
+        s
+    }
+
+    #[test]
+    fn phases_follow_get_phase() {
+        let cases: &[(&str, Vec<ApiContainerStatus>, &str)] = &[
+            ("Always", vec![cs("waiting", 0, false)], "Pending"),
+            (
+                "Always",
+                vec![cs("running", 0, false), cs("waiting", 0, false)],
+                "Pending",
+            ),
+            ("Always", vec![cs("running", 0, false)], "Running"),
+            ("Always", vec![cs("waiting", 0, true)], "Running"),
+            ("Always", vec![cs("terminated", 0, false)], "Running"),
+            ("Never", vec![cs("terminated", 0, false)], "Succeeded"),
+            (
+                "OnFailure",
+                vec![cs("terminated", 0, false), cs("terminated", 0, false)],
+                "Succeeded",
+            ),
+            (
+                "Never",
+                vec![cs("terminated", 0, false), cs("terminated", 3, false)],
+                "Failed",
+            ),
+            ("OnFailure", vec![cs("terminated", 1, false)], "Running"),
+            (
+                "Never",
+                vec![cs("running", 0, false), cs("terminated", 1, false)],
+                "Running",
+            ),
+            ("Never", vec![], "Pending"),
+        ];
+        for (policy, statuses, want) in cases {
+            assert_eq!(phase(policy, statuses), *want, "{policy} {statuses:?}");
+        }
+    }
+}

@@ -1,0 +1,608 @@
+//! Syncing one pod: the kubelet's `SyncPod` and `computePodActions`, and `KillPod`.
+//!
+//! A pod worker owns a [`PodState`] for its pod and calls [`PodSyncer::sync_pod`]
+//! whenever something may have changed. Each call refreshes what the runtime says,
+//! then brings the runtime one step closer to the spec: a sandbox if there is none
+//! (or it died), then every container that should run and does not, within the
+//! restart policy and its back-off. What could not be done is recorded as the
+//! container's waiting reason, with a time to try again.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use wasmlet_runtime::{
+    ContainerConfig, ContainerMetadata, ContainerResources, ContainerState, ContainerStatus,
+    PodMetadata, PodSandboxConfig, Runtime, SandboxState,
+};
+
+use crate::backoff::Backoff;
+use crate::duration;
+use crate::podconfig::{full_name, uid};
+use crate::quantity;
+use crate::router::RuntimeRouter;
+
+/// Labels the kubelet puts on sandboxes and containers; the node finds its own by them.
+pub mod labels {
+    pub const POD_NAME: &str = "io.kubernetes.pod.name";
+    pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+    pub const POD_UID: &str = "io.kubernetes.pod.uid";
+    pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+    pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
+    pub const CONTAINER_TERMINATION_MESSAGE_PATH: &str =
+        "io.kubernetes.container.terminationMessagePath";
+    pub const CONTAINER_TERMINATION_MESSAGE_POLICY: &str =
+        "io.kubernetes.container.terminationMessagePolicy";
+    pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
+}
+
+/// Why a container is not running, as shown in `state.waiting`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waiting {
+    pub reason: String,
+    pub message: String,
+}
+
+impl Waiting {
+    fn new(reason: &str, message: impl Into<String>) -> Self {
+        Waiting {
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What the node knows of one container of the pod.
+#[derive(Clone, Debug, Default)]
+pub struct ContainerRecord {
+    /// The latest instance.
+    pub current: Option<ContainerStatus>,
+    /// The instance before it, once it has been replaced.
+    pub last_terminated: Option<ContainerStatus>,
+    pub restart_count: u32,
+    pub waiting: Option<Waiting>,
+}
+
+/// The pod's sandbox as last seen.
+#[derive(Clone, Debug)]
+pub struct SandboxRecord {
+    pub id: String,
+    pub ready: bool,
+    pub config: PodSandboxConfig,
+}
+
+/// Everything a pod worker keeps about its pod between syncs.
+#[derive(Clone, Default)]
+pub struct PodState {
+    pub runtime: Option<Arc<dyn Runtime>>,
+    pub runtime_name: String,
+    pub handler: String,
+    pub sandbox: Option<SandboxRecord>,
+    pub sandbox_attempts: u32,
+    pub start_time: Option<Timestamp>,
+    pub containers: BTreeMap<String, ContainerRecord>,
+    /// Why the pod has no sandbox, if creating one failed.
+    pub sandbox_error: Option<String>,
+}
+
+/// What a sync asks of its worker afterwards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncOutcome {
+    /// Sync again after this long even if nothing happens (a back-off ends).
+    pub requeue_after: Option<Duration>,
+}
+
+/// Does the work of pod workers; shared by all of them.
+pub struct PodSyncer {
+    router: RuntimeRouter,
+    restart_backoff: Mutex<Backoff>,
+    image_backoff: Mutex<Backoff>,
+    pod_logs_dir: PathBuf,
+    /// How soon to retry after an error that has no back-off of its own.
+    retry_after_error: Duration,
+}
+
+/// The restart policy of a pod, defaulting to `Always`.
+pub fn restart_policy(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always")
+}
+
+/// Whether a container that exited with `exit_code` is restarted under `policy`.
+pub fn should_restart(policy: &str, exit_code: i32) -> bool {
+    match policy {
+        "Never" => false,
+        "OnFailure" => exit_code != 0,
+        _ => true,
+    }
+}
+
+/// The directory of a pod's log files: `<root>/<namespace>_<name>_<uid>`.
+pub fn pod_log_dir(root: &std::path::Path, pod: &Pod) -> PathBuf {
+    root.join(format!(
+        "{}_{}_{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or(""),
+        uid(pod)
+    ))
+}
+
+struct StartError {
+    waiting: Waiting,
+    retry: Duration,
+}
+
+impl PodSyncer {
+    pub fn new(
+        router: RuntimeRouter,
+        backoff_initial: Duration,
+        backoff_max: Duration,
+        pod_logs_dir: PathBuf,
+    ) -> Self {
+        PodSyncer {
+            router,
+            restart_backoff: Mutex::new(Backoff::new(backoff_initial, backoff_max)),
+            image_backoff: Mutex::new(Backoff::new(backoff_initial, backoff_max)),
+            pod_logs_dir,
+            retry_after_error: backoff_initial,
+        }
+    }
+
+    pub fn router(&self) -> &RuntimeRouter {
+        &self.router
+    }
+
+    /// Whether every container has terminated and none will be restarted.
+    pub fn is_pod_done(pod: &Pod, st: &PodState) -> bool {
+        let policy = restart_policy(pod);
+        let Some(spec) = &pod.spec else { return true };
+        spec.containers.iter().all(|c| {
+            st.containers
+                .get(&c.name)
+                .and_then(|r| r.current.as_ref())
+                .is_some_and(|cs| {
+                    cs.state == ContainerState::Exited && !should_restart(policy, cs.exit_code)
+                })
+        })
+    }
+
+    /// Brings the runtime one step closer to the pod's spec.
+    pub async fn sync_pod(&self, pod: &Pod, st: &mut PodState) -> SyncOutcome {
+        let now = Timestamp::now();
+        st.start_time.get_or_insert(now);
+        let runtime = match &st.runtime {
+            Some(r) => r.clone(),
+            None => match self.router.for_pod(pod) {
+                Ok((r, handler)) => {
+                    st.runtime_name = r.name().to_owned();
+                    st.runtime = Some(r.clone());
+                    st.handler = handler;
+                    r
+                }
+                Err(message) => {
+                    tracing::warn!(pod = %full_name(pod), "cannot run pod: {message}");
+                    self.wait_all(pod, st, Waiting::new("ContainerCreating", message.clone()));
+                    st.sandbox_error = Some(message);
+                    return SyncOutcome {
+                        requeue_after: Some(self.retry_after_error),
+                    };
+                }
+            },
+        };
+        self.refresh(&*runtime, st).await;
+
+        if Self::is_pod_done(pod, st) {
+            // Terminal: nothing will run again. Release the sandbox, keep the statuses.
+            if let Some(sb) = st.sandbox.as_mut().filter(|s| s.ready) {
+                if let Err(e) = runtime.stop_pod_sandbox(&sb.id).await {
+                    tracing::warn!(pod = %full_name(pod), "stopping the sandbox of a finished pod: {e}");
+                }
+                sb.ready = false;
+            }
+            return SyncOutcome::default();
+        }
+
+        if !st.sandbox.as_ref().is_some_and(|s| s.ready) {
+            if restart_policy(pod) == "Never" && st.sandbox_attempts > 0 {
+                // Like the kubelet: a Never pod whose sandbox died is not started again;
+                // its containers are reported as they ended.
+                return SyncOutcome::default();
+            }
+            if let Some(old) = st.sandbox.take() {
+                tracing::info!(pod = %full_name(pod), sandbox = %old.id, "sandbox is gone; creating a new one");
+                if let Err(e) = runtime.remove_pod_sandbox(&old.id).await {
+                    tracing::warn!(pod = %full_name(pod), "removing dead sandbox {}: {e}", old.id);
+                }
+            }
+            let config = self.sandbox_config(pod, st);
+            match runtime.run_pod_sandbox(&config).await {
+                Ok(id) => {
+                    st.sandbox_attempts += 1;
+                    st.sandbox_error = None;
+                    st.sandbox = Some(SandboxRecord {
+                        id,
+                        ready: true,
+                        config,
+                    });
+                }
+                Err(e) => {
+                    let message = format!("failed to create pod sandbox: {e}");
+                    tracing::warn!(pod = %full_name(pod), "{message}");
+                    self.wait_all(pod, st, Waiting::new("ContainerCreating", message.clone()));
+                    st.sandbox_error = Some(message);
+                    return SyncOutcome {
+                        requeue_after: Some(self.retry_after_error),
+                    };
+                }
+            }
+        }
+        let sandbox = st.sandbox.clone().expect("a ready sandbox exists here");
+
+        let policy = restart_policy(pod).to_owned();
+        let mut requeue: Option<Duration> = None;
+        let mut soonest = |d: Duration| requeue = Some(requeue.map_or(d, |r: Duration| r.min(d)));
+        let containers = pod
+            .spec
+            .as_ref()
+            .map(|s| s.containers.clone())
+            .unwrap_or_default();
+        for c in &containers {
+            let rec = st.containers.entry(c.name.clone()).or_default();
+            let restarting = match rec.current.as_ref() {
+                Some(cs) if cs.state == ContainerState::Running && cs.sandbox_id == sandbox.id => {
+                    rec.waiting = None;
+                    continue;
+                }
+                // Exited, or lost with a sandbox that died: restart within the policy
+                // and the back-off, as every container start does.
+                Some(cs) => {
+                    let exit_code = if cs.state == ContainerState::Exited {
+                        cs.exit_code
+                    } else {
+                        137
+                    };
+                    if !should_restart(&policy, exit_code) {
+                        rec.waiting = None;
+                        continue;
+                    }
+                    let key = format!("{}/{}", uid(pod), c.name);
+                    let finished = cs.finished_at.unwrap_or(now);
+                    let mut backoff = self.restart_backoff.lock().unwrap();
+                    if let Some(left) = backoff.remaining(&key, finished, now) {
+                        let delay = backoff.get(&key).unwrap_or_default();
+                        rec.waiting = Some(Waiting::new(
+                            "CrashLoopBackOff",
+                            format!(
+                                "back-off {} restarting failed container={} pod={}_{}({})",
+                                duration::format(delay),
+                                c.name,
+                                pod.metadata.name.as_deref().unwrap_or(""),
+                                pod.metadata.namespace.as_deref().unwrap_or(""),
+                                uid(pod)
+                            ),
+                        ));
+                        soonest(left);
+                        continue;
+                    }
+                    backoff.next(&key, finished, now);
+                    true
+                }
+                None => false,
+            };
+            let attempt = if restarting {
+                rec.restart_count + 1
+            } else {
+                rec.restart_count
+            };
+            let rec_clone = rec.clone();
+            match self
+                .start_container(&*runtime, pod, c, &sandbox, attempt)
+                .await
+            {
+                Ok(status) => {
+                    let rec = st.containers.get_mut(&c.name).expect("inserted above");
+                    if let Some(prev) = rec_clone.current {
+                        // Keep one dead instance per container, as container GC does.
+                        if let Some(older) = rec.last_terminated.replace(prev) {
+                            let _ = runtime.remove_container(&older.id).await;
+                        }
+                    }
+                    rec.current = Some(status);
+                    rec.restart_count = attempt;
+                    rec.waiting = None;
+                }
+                Err(StartError { waiting, retry }) => {
+                    tracing::warn!(pod = %full_name(pod), container = %c.name, reason = %waiting.reason, "{}", waiting.message);
+                    st.containers
+                        .get_mut(&c.name)
+                        .expect("inserted above")
+                        .waiting = Some(waiting);
+                    soonest(retry);
+                }
+            }
+        }
+        SyncOutcome {
+            requeue_after: requeue,
+        }
+    }
+
+    /// Stops every container (within `grace`) and the sandbox, and removes them.
+    pub async fn kill_pod(&self, pod: &Pod, st: &mut PodState, grace: Duration) {
+        if let Some(runtime) = st.runtime.clone() {
+            let running: Vec<String> = st
+                .containers
+                .values()
+                .filter_map(|r| r.current.as_ref())
+                .filter(|cs| cs.state == ContainerState::Running)
+                .map(|cs| cs.id.clone())
+                .collect();
+            let stops = running.iter().map(|id| {
+                let runtime = runtime.clone();
+                async move {
+                    if let Err(e) = runtime.stop_container(id, grace).await {
+                        tracing::warn!(pod = %full_name(pod), container = %id, "stopping container: {e}");
+                    }
+                }
+            });
+            futures::future::join_all(stops).await;
+            if let Some(sb) = st.sandbox.take() {
+                if let Err(e) = runtime.remove_pod_sandbox(&sb.id).await {
+                    tracing::warn!(pod = %full_name(pod), "removing sandbox {}: {e}", sb.id);
+                }
+            }
+            self.refresh(&*runtime, st).await;
+        }
+        let prefix = format!("{}/", uid(pod));
+        self.restart_backoff.lock().unwrap().forget_prefix(&prefix);
+        self.image_backoff.lock().unwrap().forget_prefix(&prefix);
+    }
+
+    /// Re-reads the sandbox and container states from the runtime.
+    async fn refresh(&self, runtime: &dyn Runtime, st: &mut PodState) {
+        if let Some(sb) = st.sandbox.as_mut() {
+            match runtime.pod_sandbox_status(&sb.id).await {
+                Ok(s) => sb.ready = s.state == SandboxState::Ready,
+                Err(e) if e.is_not_found() => sb.ready = false,
+                Err(e) => tracing::warn!(sandbox = %sb.id, "sandbox status: {e}"),
+            }
+        }
+        for rec in st.containers.values_mut() {
+            let Some(cur) = rec.current.as_mut() else {
+                continue;
+            };
+            match runtime.container_status(&cur.id).await {
+                Ok(s) => *cur = s,
+                Err(e) if e.is_not_found() => {
+                    if cur.state != ContainerState::Exited {
+                        cur.state = ContainerState::Exited;
+                        cur.exit_code = 137;
+                        cur.reason = "ContainerStatusUnknown".into();
+                        cur.message = "The container could not be located".into();
+                        cur.finished_at = Some(Timestamp::now());
+                    }
+                }
+                Err(e) => tracing::warn!(container = %cur.id, "container status: {e}"),
+            }
+        }
+    }
+
+    fn wait_all(&self, pod: &Pod, st: &mut PodState, waiting: Waiting) {
+        for c in pod.spec.iter().flat_map(|s| &s.containers) {
+            let rec = st.containers.entry(c.name.clone()).or_default();
+            if rec
+                .current
+                .as_ref()
+                .is_none_or(|cs| cs.state != ContainerState::Running)
+            {
+                rec.waiting = Some(waiting.clone());
+            }
+        }
+    }
+
+    fn sandbox_config(&self, pod: &Pod, st: &PodState) -> PodSandboxConfig {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let namespace = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let spec = pod.spec.clone().unwrap_or_default();
+        let mut labels = pod.metadata.labels.clone().unwrap_or_default();
+        labels.insert(labels::POD_NAME.into(), name.clone());
+        labels.insert(labels::POD_NAMESPACE.into(), namespace.clone());
+        labels.insert(labels::POD_UID.into(), uid(pod).to_owned());
+        let mut hostname = spec.hostname.clone().unwrap_or_else(|| name.clone());
+        hostname.truncate(63);
+        PodSandboxConfig {
+            metadata: PodMetadata {
+                name,
+                namespace,
+                uid: uid(pod).to_owned(),
+                attempt: st.sandbox_attempts,
+            },
+            hostname,
+            log_directory: pod_log_dir(&self.pod_logs_dir, pod),
+            labels,
+            annotations: pod.metadata.annotations.clone().unwrap_or_default(),
+            runtime_handler: st.handler.clone(),
+            cgroup_parent: None,
+            host_network: spec.host_network.unwrap_or(false),
+        }
+    }
+
+    async fn ensure_image(
+        &self,
+        runtime: &dyn Runtime,
+        pod: &Pod,
+        c: &Container,
+    ) -> Result<(), StartError> {
+        let image = c.image.clone().unwrap_or_default();
+        let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+        let present = runtime.image_status(&image).await.map_err(|e| StartError {
+            waiting: Waiting::new("ErrImagePull", format!("image status of {image:?}: {e}")),
+            retry: self.retry_after_error,
+        })?;
+        match (policy, present.is_some()) {
+            ("Never", false) => {
+                return Err(StartError {
+                    waiting: Waiting::new(
+                        "ErrImageNeverPull",
+                        format!(
+                            "Container image {image:?} is not present with pull policy of Never"
+                        ),
+                    ),
+                    retry: self.retry_after_error,
+                });
+            }
+            ("Never", true) | ("IfNotPresent", true) => return Ok(()),
+            _ => {}
+        }
+        let key = format!("{}/{image}", uid(pod));
+        let now = Timestamp::now();
+        {
+            let backoff = self.image_backoff.lock().unwrap();
+            if let Some(left) = backoff.remaining_since_update(&key, now) {
+                return Err(StartError {
+                    waiting: Waiting::new(
+                        "ImagePullBackOff",
+                        format!("Back-off pulling image {image:?}"),
+                    ),
+                    retry: left,
+                });
+            }
+        }
+        match runtime.pull_image(&image).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let mut backoff = self.image_backoff.lock().unwrap();
+                backoff.next(&key, now, now);
+                Err(StartError {
+                    waiting: Waiting::new("ErrImagePull", e.to_string()),
+                    retry: backoff.get(&key).unwrap_or(self.retry_after_error),
+                })
+            }
+        }
+    }
+
+    async fn start_container(
+        &self,
+        runtime: &dyn Runtime,
+        pod: &Pod,
+        c: &Container,
+        sandbox: &SandboxRecord,
+        attempt: u32,
+    ) -> Result<ContainerStatus, StartError> {
+        self.ensure_image(runtime, pod, c).await?;
+        let config = self
+            .container_config(pod, c, attempt)
+            .map_err(|message| StartError {
+                waiting: Waiting::new("CreateContainerConfigError", message),
+                retry: self.retry_after_error,
+            })?;
+        let id = runtime
+            .create_container(&sandbox.id, &config, &sandbox.config)
+            .await
+            .map_err(|e| StartError {
+                waiting: Waiting::new("CreateContainerError", e.to_string()),
+                retry: self.retry_after_error,
+            })?;
+        if let Err(e) = runtime.start_container(&id).await {
+            let _ = runtime.remove_container(&id).await;
+            return Err(StartError {
+                waiting: Waiting::new("RunContainerError", e.to_string()),
+                retry: self.retry_after_error,
+            });
+        }
+        runtime.container_status(&id).await.map_err(|e| StartError {
+            waiting: Waiting::new("RunContainerError", e.to_string()),
+            retry: self.retry_after_error,
+        })
+    }
+
+    fn container_config(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        attempt: u32,
+    ) -> Result<ContainerConfig, String> {
+        let mut env = Vec::new();
+        for var in c.env.iter().flatten() {
+            match (&var.value, &var.value_from) {
+                (_, Some(_)) => {
+                    return Err(format!(
+                        "env {:?}: valueFrom is not supported by this node yet; the container is not started with a wrong value",
+                        var.name
+                    ));
+                }
+                (value, None) => env.push((var.name.clone(), value.clone().unwrap_or_default())),
+            }
+        }
+        if c.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
+            return Err("envFrom is not supported by this node yet; the container is not started with a wrong environment".into());
+        }
+        let memory_limit_bytes = c
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get("memory"))
+            .map(quantity::bytes)
+            .transpose()
+            .map_err(|e| format!("resources.limits.memory: {e}"))?;
+        let mut labels = BTreeMap::new();
+        labels.insert(
+            labels::POD_NAME.into(),
+            pod.metadata.name.clone().unwrap_or_default(),
+        );
+        labels.insert(
+            labels::POD_NAMESPACE.into(),
+            pod.metadata.namespace.clone().unwrap_or_default(),
+        );
+        labels.insert(labels::POD_UID.into(), uid(pod).to_owned());
+        labels.insert(labels::CONTAINER_NAME.into(), c.name.clone());
+        let mut annotations = BTreeMap::new();
+        annotations.insert(labels::CONTAINER_RESTART_COUNT.into(), attempt.to_string());
+        annotations.insert(
+            labels::CONTAINER_TERMINATION_MESSAGE_PATH.into(),
+            c.termination_message_path.clone().unwrap_or_default(),
+        );
+        annotations.insert(
+            labels::CONTAINER_TERMINATION_MESSAGE_POLICY.into(),
+            c.termination_message_policy.clone().unwrap_or_default(),
+        );
+        let grace = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30);
+        annotations.insert(
+            labels::POD_TERMINATION_GRACE_PERIOD.into(),
+            grace.to_string(),
+        );
+        Ok(ContainerConfig {
+            metadata: ContainerMetadata {
+                name: c.name.clone(),
+                attempt,
+            },
+            image: c.image.clone().unwrap_or_default(),
+            command: c.command.clone().unwrap_or_default(),
+            args: c.args.clone().unwrap_or_default(),
+            working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
+            env,
+            mounts: Vec::new(),
+            log_path: PathBuf::from(&c.name).join(format!("{attempt}.log")),
+            labels,
+            annotations,
+            resources: ContainerResources {
+                memory_limit_bytes,
+                ..Default::default()
+            },
+            stdin: c.stdin.unwrap_or(false),
+            tty: c.tty.unwrap_or(false),
+        })
+    }
+}

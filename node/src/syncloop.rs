@@ -1,0 +1,214 @@
+//! The sync loop: the one place that decides what pod workers do.
+//!
+//! It wakes on source snapshots (merged by [`PodConfig`]), PLEG events, a housekeeping
+//! tick and a resync tick, and hands each affected pod to its worker.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::pleg::PodLifecycleEvent;
+use crate::podconfig::{PodConfig, PodOp, PodUpdate, SourceSnapshot, full_name, uid};
+use crate::router::RuntimeRouter;
+use crate::status::StatusStore;
+use crate::sync::{PodSyncer, labels};
+use crate::workers::{PodWorkers, Work};
+
+/// When the sync loop last went round, for `/healthz`.
+#[derive(Clone)]
+pub struct LoopHealth {
+    last: Arc<Mutex<Instant>>,
+}
+
+impl Default for LoopHealth {
+    fn default() -> Self {
+        LoopHealth {
+            last: Arc::new(Mutex::new(Instant::now())),
+        }
+    }
+}
+
+impl LoopHealth {
+    fn touch(&self) {
+        *self.last.lock().unwrap() = Instant::now();
+    }
+
+    /// `Err` if the loop has not gone round within `threshold`.
+    pub fn check(&self, threshold: Duration) -> Result<(), String> {
+        let since = self.last.lock().unwrap().elapsed();
+        if since > threshold {
+            Err(format!(
+                "sync loop last ran {since:.0?} ago; threshold is {threshold:?}"
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Timing of the loop.
+#[derive(Clone, Copy, Debug)]
+pub struct LoopTiming {
+    pub housekeeping_interval: Duration,
+    pub sync_frequency: Duration,
+}
+
+/// The sync loop's state.
+pub struct SyncLoop {
+    config: PodConfig,
+    pods: HashMap<String, Pod>,
+    workers: PodWorkers,
+    done_rx: mpsc::UnboundedReceiver<String>,
+    /// Pods that came back with a UID whose old worker is still terminating.
+    readd_after_termination: HashMap<String, Pod>,
+    router: RuntimeRouter,
+    timing: LoopTiming,
+    health: LoopHealth,
+    housekeeping_running: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl SyncLoop {
+    pub fn new(
+        syncer: Arc<PodSyncer>,
+        statuses: StatusStore,
+        timing: LoopTiming,
+        health: LoopHealth,
+    ) -> Self {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let router = syncer.router().clone();
+        SyncLoop {
+            config: PodConfig::default(),
+            pods: HashMap::new(),
+            workers: PodWorkers::new(syncer, statuses, done_tx),
+            done_rx,
+            readd_after_termination: HashMap::new(),
+            router,
+            timing,
+            health,
+            housekeeping_running: Arc::default(),
+        }
+    }
+
+    /// Runs until cancelled.
+    pub async fn run(
+        mut self,
+        mut sources: mpsc::Receiver<SourceSnapshot>,
+        mut pleg: mpsc::Receiver<PodLifecycleEvent>,
+        cancel: CancellationToken,
+    ) {
+        let mut housekeeping = tokio::time::interval(self.timing.housekeeping_interval);
+        let mut resync = tokio::time::interval(self.timing.sync_frequency);
+        housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        resync.tick().await;
+        loop {
+            self.health.touch();
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                Some(snapshot) = sources.recv() => {
+                    for update in self.config.merge(snapshot) {
+                        self.apply(update);
+                    }
+                }
+                Some(event) = pleg.recv() => {
+                    if let Some(pod) = self.pods.get(&event.pod_uid) {
+                        self.workers.update(Work::Sync(Box::new(pod.clone())));
+                    }
+                }
+                Some(done) = self.done_rx.recv() => {
+                    self.workers.finished(&done);
+                    if let Some(pod) = self.readd_after_termination.remove(&done) {
+                        tracing::info!(pod = %full_name(&pod), "previous instance terminated; starting the pod again");
+                        self.pods.insert(done, pod.clone());
+                        self.workers.update(Work::Sync(Box::new(pod)));
+                    }
+                }
+                _ = housekeeping.tick() => self.housekeeping(),
+                _ = resync.tick() => {
+                    for pod in self.pods.values() {
+                        self.workers.update(Work::Sync(Box::new(pod.clone())));
+                    }
+                }
+            }
+        }
+    }
+
+    fn apply(&mut self, update: PodUpdate) {
+        for pod in update.pods {
+            let id = uid(&pod).to_owned();
+            match update.op {
+                PodOp::Add | PodOp::Update | PodOp::Reconcile => {
+                    if self.workers.is_terminating(&id) {
+                        self.readd_after_termination.insert(id, pod);
+                        continue;
+                    }
+                    if update.op == PodOp::Add {
+                        tracing::info!(pod = %full_name(&pod), uid = %id, source = %update.source, "pod added");
+                    }
+                    self.pods.insert(id, pod.clone());
+                    self.workers.update(Work::Sync(Box::new(pod)));
+                }
+                PodOp::Delete => {
+                    tracing::info!(pod = %full_name(&pod), uid = %id, source = %update.source, "pod removed");
+                    self.readd_after_termination.remove(&id);
+                    self.pods.remove(&id);
+                    let grace = pod
+                        .metadata
+                        .deletion_grace_period_seconds
+                        .or(pod
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.termination_grace_period_seconds))
+                        .unwrap_or(30)
+                        .max(0) as u64;
+                    self.workers.update(Work::Terminate {
+                        pod: Box::new(pod),
+                        grace: Duration::from_secs(grace),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Removes sandboxes no desired pod and no worker owns (left over from pods that
+    /// were deleted while the node was down, or from an earlier run).
+    fn housekeeping(&mut self) {
+        use std::sync::atomic::Ordering;
+        if self.housekeeping_running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let known: HashSet<String> = self
+            .pods
+            .keys()
+            .cloned()
+            .chain(self.readd_after_termination.keys().cloned())
+            .collect();
+        // A worker that is terminating owns its sandbox until it is done.
+        let active: HashSet<String> = self.workers.uids().collect();
+        let router = self.router.clone();
+        let flag = self.housekeeping_running.clone();
+        tokio::spawn(async move {
+            for runtime in router.runtimes() {
+                let Ok(sandboxes) = runtime.list_pod_sandboxes().await else {
+                    continue;
+                };
+                for sb in sandboxes {
+                    let owner = sb.labels.get(labels::POD_UID).cloned().unwrap_or_default();
+                    if known.contains(&owner) || active.contains(&owner) {
+                        continue;
+                    }
+                    tracing::info!(sandbox = %sb.id, pod_uid = %owner, "removing orphaned sandbox");
+                    if let Err(e) = runtime.remove_pod_sandbox(&sb.id).await {
+                        tracing::warn!(sandbox = %sb.id, "removing orphaned sandbox: {e}");
+                    }
+                }
+            }
+            flag.store(false, Ordering::Release);
+        });
+    }
+}

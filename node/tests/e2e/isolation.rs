@@ -1,0 +1,103 @@
+//! A guest that traps, exhausts memory or loses its sandbox process takes down only
+//! its own pod; the agent and the other pods keep running.
+
+use std::time::Duration;
+
+use wasmlet_testkit::node::poll;
+
+use crate::*;
+
+#[test]
+fn a_guest_that_exhausts_memory_or_aborts_ends_only_itself() {
+    let mut node = start(&["ticker", "memhog", "crasher"]);
+    node.write_manifest(
+        "bystander.yaml",
+        &manifest("bystander", "ticker", "Always", ""),
+    )
+    .unwrap();
+    let bystander = node.wait_pod("bystander", LONG, is_running).unwrap();
+
+    let hog = "    env:\n    - name: MIB\n      value: \"200\"\n    resources:\n      limits:\n        memory: 64Mi\n";
+    node.write_manifest("hog.yaml", &manifest("hog", "memhog", "Never", hog))
+        .unwrap();
+    node.write_manifest("crash.yaml", &manifest("crash", "crasher", "Never", ""))
+        .unwrap();
+
+    let hog = node
+        .wait_pod("hog", LONG, |p| phase(p) == "Failed")
+        .unwrap();
+    assert_eq!(terminated_exit(&hog), Some((137, "OOMKilled".into())));
+    let crash = node
+        .wait_pod("crash", LONG, |p| phase(p) == "Failed")
+        .unwrap();
+    let (code, _) = terminated_exit(&crash).unwrap();
+    assert_eq!(code, 134, "a trap ends the container like an abort");
+    let message = container(&crash)
+        .state
+        .unwrap()
+        .terminated
+        .unwrap()
+        .message
+        .unwrap_or_default();
+    assert!(
+        message.contains("unreachable"),
+        "the trap is named: {message}"
+    );
+
+    assert!(node.is_running());
+    let still = node.pod("bystander").unwrap();
+    assert_eq!(still.metadata.uid, bystander.metadata.uid);
+    assert!(is_running(&still));
+    assert_eq!(container(&still).restart_count, 0);
+}
+
+#[test]
+fn a_killed_sandbox_process_fails_its_pod_only_and_the_pod_restarts() {
+    let mut node = start(&["ticker"]);
+    node.write_manifest("a.yaml", &manifest("a", "ticker", "Always", ""))
+        .unwrap();
+    node.write_manifest("b.yaml", &manifest("b", "ticker", "Always", ""))
+        .unwrap();
+    node.wait_pod("a", LONG, is_running).unwrap();
+    node.wait_pod("b", LONG, is_running).unwrap();
+    let sandboxes = node.sandbox_pids();
+    assert_eq!(sandboxes.len(), 2);
+
+    // Find a's sandbox: the one whose command line carries a's UID.
+    let a = node.pod("a").unwrap();
+    let a_uid = a.metadata.uid.clone().unwrap();
+    let victim = *sandboxes
+        .iter()
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(&a_uid))
+                .unwrap_or(false)
+        })
+        .expect("a's sandbox");
+    // As the kernel's OOM killer would.
+    std::process::Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap();
+
+    let restarted = node
+        .wait_pod("a", LONG, |p| {
+            container(p).restart_count == 1 && is_running(p)
+        })
+        .unwrap();
+    let last = container(&restarted)
+        .last_state
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(last.exit_code, 137);
+    assert!(node.is_running(), "the agent survives");
+    let b = node.pod("b").unwrap();
+    assert!(is_running(&b));
+    assert_eq!(container(&b).restart_count, 0, "the other pod is untouched");
+    poll(Duration::from_secs(10), || {
+        (node.sandbox_pids().len() == 2).then_some(())
+    })
+    .expect("a new sandbox replaced the killed one");
+    assert!(!node.sandbox_pids().contains(&victim));
+}

@@ -1,0 +1,218 @@
+//! A manifest becomes a running pod; exits become phases; Always restarts with back-off.
+
+use std::time::{Duration, Instant};
+
+use crate::*;
+
+#[test]
+fn a_new_manifest_is_running_within_a_second_and_logs_in_cri_format() {
+    let node = start(&["ticker"]);
+    // The first pod of an image pays for compiling it once per node.
+    node.write_manifest("warm.yaml", &manifest("warm", "ticker", "Always", ""))
+        .unwrap();
+    node.wait_pod("warm", LONG, is_running).unwrap();
+
+    let written = Instant::now();
+    node.write_manifest("tick.yaml", &manifest("tick", "ticker", "Always", ""))
+        .unwrap();
+    let pod = node
+        .wait_pod("tick", Duration::from_secs(1), is_running)
+        .expect("running within a second of the manifest appearing");
+    eprintln!("manifest -> Running in {:?}", written.elapsed());
+
+    let records = wasmlet_testkit::node::poll(Duration::from_secs(10), || {
+        let r = node.container_log(&pod, "main", 0).ok()?;
+        (r.len() >= 2).then_some(r)
+    })
+    .expect("two ticks logged");
+    assert_eq!(records[0].stream, "stdout");
+    assert!(!records[0].partial);
+    assert_eq!(records[0].text, "tick 1");
+    assert_eq!(records[1].text, "tick 2");
+    // RFC 3339 with nanoseconds, as the CRI log format has it.
+    assert_eq!(
+        records[0].time.len(),
+        "2026-01-02T03:04:05.123456789Z".len(),
+        "{}",
+        records[0].time
+    );
+    let uid = pod.metadata.uid.clone().unwrap();
+    assert!(
+        node.logs
+            .join(format!("default_tick-e2e_{uid}/main/0.log"))
+            .is_file(),
+        "log file at <podLogsDir>/<ns>_<name>_<uid>/<container>/<restartCount>.log"
+    );
+}
+
+#[test]
+fn exit_codes_become_succeeded_or_failed_with_the_exit_code() {
+    let node = start(&["hello"]);
+    let env = |code: i32| format!("    env:\n    - name: EXIT_CODE\n      value: \"{code}\"\n");
+    node.write_manifest("ok.yaml", &manifest("ok", "hello", "Never", &env(0)))
+        .unwrap();
+    node.write_manifest("bad.yaml", &manifest("bad", "hello", "Never", &env(3)))
+        .unwrap();
+    node.write_manifest(
+        "onfail.yaml",
+        &manifest("onfail", "hello", "OnFailure", &env(0)),
+    )
+    .unwrap();
+
+    let ok = node
+        .wait_pod("ok", LONG, |p| phase(p) == "Succeeded")
+        .unwrap();
+    assert_eq!(terminated_exit(&ok), Some((0, "Completed".into())));
+    assert_eq!(container(&ok).restart_count, 0);
+    assert!(!container(&ok).ready);
+
+    let bad = node
+        .wait_pod("bad", LONG, |p| phase(p) == "Failed")
+        .unwrap();
+    assert_eq!(terminated_exit(&bad), Some((3, "Error".into())));
+    assert_eq!(container(&bad).restart_count, 0);
+
+    let onfail = node
+        .wait_pod("onfail", LONG, |p| phase(p) == "Succeeded")
+        .unwrap();
+    assert_eq!(terminated_exit(&onfail), Some((0, "Completed".into())));
+
+    let conditions = ok.status.unwrap().conditions.unwrap();
+    let ready = conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_deref()),
+        ("False", Some("PodCompleted"))
+    );
+}
+
+#[test]
+fn always_restarts_with_a_doubling_back_off() {
+    // Back-off 500 ms doubling to 2 s (the node's config; the kubelet's is 10 s to 5 min).
+    let node = start(&["hello"]);
+    node.write_manifest(
+        "crash.yaml",
+        &manifest(
+            "crash",
+            "hello",
+            "Always",
+            "    env:\n    - name: EXIT_CODE\n      value: \"1\"\n",
+        ),
+    )
+    .unwrap();
+    let pod = node
+        .wait_pod("crash", LONG, |p| container(p).restart_count >= 4)
+        .unwrap();
+    assert_eq!(
+        phase(&pod),
+        "Running",
+        "Always keeps the pod Running while it restarts"
+    );
+
+    let looping = node
+        .wait_pod("crash", LONG, |p| {
+            waiting_reason(p).as_deref() == Some("CrashLoopBackOff")
+        })
+        .unwrap();
+    let c = container(&looping);
+    let message = c.state.unwrap().waiting.unwrap().message.unwrap();
+    assert!(
+        message.starts_with("back-off ") && message.contains("restarting failed container=main"),
+        "{message}"
+    );
+    let last = c.last_state.unwrap().terminated.unwrap();
+    assert_eq!(last.exit_code, 1);
+
+    // Each attempt logs its first line as it starts: the gaps are the back-off.
+    let start_of = |attempt: u32| {
+        let r = node.container_log(&pod, "main", attempt).unwrap();
+        jiff::Timestamp::from_str_lossy(&r[0].time)
+    };
+    let gaps: Vec<f64> = (0..4)
+        .map(|a| {
+            (start_of(a + 1) - start_of(a))
+                .total(jiff::Unit::Second)
+                .unwrap()
+        })
+        .collect();
+    eprintln!("gaps between attempts: {gaps:?}");
+    assert!(gaps[0] < 0.5, "the first restart is immediate: {gaps:?}");
+    assert!(gaps[1] >= 0.5, "then 500 ms: {gaps:?}");
+    assert!(gaps[2] >= 1.0, "then 1 s: {gaps:?}");
+    assert!(gaps[3] >= 2.0, "then 2 s: {gaps:?}");
+}
+
+trait LossyTimestamp {
+    fn from_str_lossy(s: &str) -> jiff::Timestamp;
+}
+
+impl LossyTimestamp for jiff::Timestamp {
+    fn from_str_lossy(s: &str) -> jiff::Timestamp {
+        s.parse()
+            .unwrap_or_else(|e| panic!("bad timestamp {s:?}: {e}"))
+    }
+}
+
+#[test]
+fn components_and_plain_images_run_from_their_manifests() {
+    let node = start(&["hello-component", "hello-plain"]);
+    let args = "    args: [\"one\", \"two\"]\n";
+    node.write_manifest(
+        "c.yaml",
+        &manifest("comp", "hello-component", "Never", args),
+    )
+    .unwrap();
+    node.write_manifest("p.yaml", &manifest("plain", "hello-plain", "Never", args))
+        .unwrap();
+    for name in ["comp", "plain"] {
+        let pod = node
+            .wait_pod(name, LONG, |p| phase(p) == "Succeeded")
+            .unwrap();
+        let texts: Vec<String> = node
+            .container_log(&pod, "main", 0)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.text)
+            .collect();
+        assert!(
+            texts.contains(&"arg[1]=one".to_string()),
+            "{name}: {texts:?}"
+        );
+        assert!(
+            texts.contains(&"arg[2]=two".to_string()),
+            "{name}: {texts:?}"
+        );
+        assert!(container(&pod).image_id.contains("@sha256:"), "{name}");
+    }
+}
+
+#[test]
+fn a_missing_image_is_err_image_never_pull_or_err_image_pull() {
+    let node = start(&[]);
+    let never = "apiVersion: v1\nkind: Pod\nmetadata: {name: never}\nspec:\n  containers:\n  - {name: main, image: localhost/missing:v1, imagePullPolicy: Never}\n";
+    let pull = "apiVersion: v1\nkind: Pod\nmetadata: {name: pull}\nspec:\n  containers:\n  - {name: main, image: localhost/missing:v1}\n";
+    node.write_manifest("never.yaml", never).unwrap();
+    node.write_manifest("pull.yaml", pull).unwrap();
+    let pod = node
+        .wait_pod("never", LONG, |p| {
+            waiting_reason(p).as_deref() == Some("ErrImageNeverPull")
+        })
+        .unwrap();
+    assert_eq!(phase(&pod), "Pending");
+    let pod = node
+        .wait_pod("pull", LONG, |p| {
+            waiting_reason(p).as_deref() == Some("ErrImagePull")
+        })
+        .unwrap();
+    let message = container(&pod)
+        .state
+        .unwrap()
+        .waiting
+        .unwrap()
+        .message
+        .unwrap();
+    assert!(message.contains("wasmlet images import"), "{message}");
+    node.wait_pod("pull", LONG, |p| {
+        waiting_reason(p).as_deref() == Some("ImagePullBackOff")
+    })
+    .unwrap();
+}

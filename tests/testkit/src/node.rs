@@ -1,0 +1,382 @@
+//! A real `wasmlet` node process for end-to-end tests.
+//!
+//! [`TestNode::start`] runs the binary standalone with its own temporary root, log
+//! and manifest directories and free loopback ports, waits for `/healthz`, and stops
+//! it (SIGTERM, then SIGKILL) when dropped. Tests drive it the way an operator does:
+//! by writing manifests and reading `/pods`, the log files and the node's own log.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Pod;
+
+/// How a test node is set up.
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    pub node_name: String,
+    /// Example images (names in `target/images`) placed in the node's drop directory.
+    pub images: Vec<String>,
+    /// Container restart back-off: initial and maximum.
+    pub backoff: (Duration, Duration),
+    /// Extra command-line flags.
+    pub extra_args: Vec<String>,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        NodeOptions {
+            node_name: "e2e".into(),
+            images: Vec::new(),
+            backoff: (Duration::from_millis(500), Duration::from_secs(2)),
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// A running node.
+pub struct TestNode {
+    dir: tempfile::TempDir,
+    pub manifests: PathBuf,
+    pub root: PathBuf,
+    pub logs: PathBuf,
+    pub read_only_port: u16,
+    pub healthz_port: u16,
+    pub node_name: String,
+    stderr_path: PathBuf,
+    child: Option<Child>,
+}
+
+/// A free port on loopback (bound and released; the node binds it right after).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A plain HTTP/1.0 GET on loopback: status code and body.
+pub fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8(raw).context("response is not UTF-8")?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP response")?;
+    let code: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("no status code")?;
+    Ok((code, body.to_owned()))
+}
+
+/// Polls `f` every 20 ms until it returns `Some` or `timeout` passes.
+pub fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl TestNode {
+    /// Starts `binary` and waits until it serves `/healthz`.
+    pub fn start(binary: &Path, opts: NodeOptions) -> Result<Self> {
+        let dir = tempfile::Builder::new().prefix("wasmlet-e2e-").tempdir()?;
+        let manifests = dir.path().join("manifests");
+        let root = dir.path().join("root");
+        let logs = dir.path().join("pods");
+        for d in [&manifests, &root.join("images"), &logs] {
+            std::fs::create_dir_all(d)?;
+        }
+        if !opts.images.is_empty() {
+            let images = crate::images::ensure_example_images()?;
+            for name in &opts.images {
+                let from = images.join(format!("{name}.tar"));
+                std::fs::copy(&from, root.join("images").join(format!("{name}.tar")))
+                    .with_context(|| format!("copying {}", from.display()))?;
+            }
+        }
+        let read_only_port = free_port();
+        let healthz_port = free_port();
+        let config = dir.path().join("config.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\n\
+                 kind: KubeletConfiguration\n\
+                 address: 127.0.0.1\n\
+                 readOnlyPort: {read_only_port}\n\
+                 healthzPort: {healthz_port}\n\
+                 fileCheckFrequency: 2s\n\
+                 podLogsDir: {}\n\
+                 wasmlet:\n  housekeepingInterval: 1s\n  restartBackoff:\n    initial: {}ms\n    max: {}ms\n",
+                logs.display(),
+                opts.backoff.0.as_millis(),
+                opts.backoff.1.as_millis(),
+            ),
+        )?;
+        let stderr_path = dir.path().join("wasmlet.log");
+        let child = Command::new(binary)
+            .arg("--config")
+            .arg(&config)
+            .arg("--root-dir")
+            .arg(&root)
+            .arg("--pod-manifest-path")
+            .arg(&manifests)
+            .arg("--hostname-override")
+            .arg(&opts.node_name)
+            .args(&opts.extra_args)
+            .env("RUST_LOG", "info,wasmlet_node=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr_path)?)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let mut node = TestNode {
+            dir,
+            manifests,
+            root,
+            logs,
+            read_only_port,
+            healthz_port,
+            node_name: opts.node_name,
+            stderr_path,
+            child: Some(child),
+        };
+        let healthy = poll(Duration::from_secs(30), || {
+            if !node.is_running() {
+                return Some(false);
+            }
+            matches!(http_get(healthz_port, "/healthz"), Ok((200, _))).then_some(true)
+        });
+        if healthy != Some(true) {
+            bail!("the node did not become healthy; its log:\n{}", node.log());
+        }
+        Ok(node)
+    }
+
+    /// The node's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Whether the node process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// The node's own log (stderr) so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// The scratch directory of this node.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a manifest atomically (via a dotfile the node ignores, then a rename).
+    pub fn write_manifest(&self, file: &str, yaml: &str) -> Result<PathBuf> {
+        let tmp = self.manifests.join(format!(".{file}.tmp"));
+        let path = self.manifests.join(file);
+        std::fs::write(&tmp, yaml)?;
+        std::fs::rename(&tmp, &path)?;
+        Ok(path)
+    }
+
+    /// Deletes a manifest.
+    pub fn remove_manifest(&self, file: &str) -> Result<()> {
+        Ok(std::fs::remove_file(self.manifests.join(file))?)
+    }
+
+    /// `/pods` from the read-only port, parsed as a `v1.PodList`.
+    pub fn pods(&self) -> Result<Vec<Pod>> {
+        let (code, body) = http_get(self.read_only_port, "/pods")?;
+        if code != 200 {
+            bail!("/pods answered {code}: {body}");
+        }
+        let list: k8s_openapi::List<Pod> =
+            serde_json::from_str(&body).context("/pods is not a PodList")?;
+        Ok(list.items)
+    }
+
+    /// The pod whose manifest name is `name` (the node appends `-<nodeName>`).
+    pub fn pod(&self, name: &str) -> Option<Pod> {
+        let full = format!("{name}-{}", self.node_name);
+        self.pods()
+            .ok()?
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(full.as_str()))
+    }
+
+    /// Waits until the pod `name` satisfies `pred`; the error shows the last status.
+    pub fn wait_pod(
+        &self,
+        name: &str,
+        timeout: Duration,
+        pred: impl Fn(&Pod) -> bool,
+    ) -> Result<Pod> {
+        let mut last = None;
+        let found = poll(timeout, || {
+            let pod = self.pod(name);
+            let hit = pod.as_ref().is_some_and(&pred);
+            last = pod.clone();
+            if hit { pod } else { None }
+        });
+        found.with_context(|| {
+            format!(
+                "pod {name} did not reach the expected state within {timeout:?}; last seen:\n{}\nnode log tail:\n{}",
+                serde_json::to_string_pretty(&last).unwrap_or_default(),
+                tail(&self.log(), 30)
+            )
+        })
+    }
+
+    /// Waits until the pod `name` is no longer listed.
+    pub fn wait_gone(&self, name: &str, timeout: Duration) -> Result<()> {
+        poll(timeout, || self.pod(name).is_none().then_some(()))
+            .with_context(|| format!("pod {name} still listed after {timeout:?}"))
+    }
+
+    /// The text of every record in a container's CRI log file.
+    pub fn container_log(
+        &self,
+        pod: &Pod,
+        container: &str,
+        attempt: u32,
+    ) -> Result<Vec<CriRecord>> {
+        let dir = self.logs.join(format!(
+            "{}_{}_{}",
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or(""),
+            pod.metadata.uid.as_deref().unwrap_or("")
+        ));
+        let path = dir.join(container).join(format!("{attempt}.log"));
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        text.lines().map(CriRecord::parse).collect()
+    }
+
+    /// Process ids of the node's direct children (its Wasm sandboxes).
+    pub fn sandbox_pids(&self) -> Vec<u32> {
+        children_of(self.pid())
+    }
+
+    /// Stops the node (SIGTERM, SIGKILL after 15 s) and returns its exit status.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let done = poll(Duration::from_secs(15), || child.try_wait().ok().flatten());
+        match done {
+            Some(status) => Some(status),
+            None => {
+                let _ = child.kill();
+                child.wait().ok()
+            }
+        }
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        let pid = self.pid();
+        let sandboxes = children_of(pid);
+        self.stop();
+        // Sandboxes exit when the node's pipe closes; make sure none is left behind.
+        for p in sandboxes {
+            if poll(Duration::from_secs(5), || {
+                (!Path::new(&format!("/proc/{p}")).exists()).then_some(())
+            })
+            .is_none()
+            {
+                let _ = Command::new("kill")
+                    .arg("-KILL")
+                    .arg(p.to_string())
+                    .status();
+            }
+        }
+    }
+}
+
+/// One record of a CRI log file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CriRecord {
+    /// RFC 3339 with nanoseconds.
+    pub time: String,
+    pub stream: String,
+    pub partial: bool,
+    pub text: String,
+}
+
+impl CriRecord {
+    /// Parses `<time> <stream> <F|P> <text>`; an error names the line.
+    pub fn parse(line: &str) -> Result<Self> {
+        let mut parts = line.splitn(4, ' ');
+        let (Some(time), Some(stream), Some(tag)) = (parts.next(), parts.next(), parts.next())
+        else {
+            bail!("not a CRI log line: {line:?}");
+        };
+        if !matches!(stream, "stdout" | "stderr") || !matches!(tag, "F" | "P") {
+            bail!("not a CRI log line: {line:?}");
+        }
+        Ok(CriRecord {
+            time: time.to_owned(),
+            stream: stream.to_owned(),
+            partial: tag == "P",
+            text: parts.next().unwrap_or("").to_owned(),
+        })
+    }
+}
+
+/// The last `n` lines of `text`.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Direct children of a process, from `/proc/*/stat`.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let Ok(child) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // The command may contain spaces and parentheses: fields follow the last ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let ppid = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.push(child);
+        }
+    }
+    out.sort();
+    out
+}
