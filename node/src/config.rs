@@ -165,17 +165,17 @@ impl NodeFlags {
             },
             None => KubeletConfiguration::default(),
         };
-        if let Some(v) = &file.api_version {
-            if v != "kubelet.config.k8s.io/v1beta1" {
-                errors.push(format!(
-                    "apiVersion: {v:?} is not kubelet.config.k8s.io/v1beta1"
-                ));
-            }
+        if let Some(v) = &file.api_version
+            && v != "kubelet.config.k8s.io/v1beta1"
+        {
+            errors.push(format!(
+                "apiVersion: {v:?} is not kubelet.config.k8s.io/v1beta1"
+            ));
         }
-        if let Some(k) = &file.kind {
-            if k != "KubeletConfiguration" {
-                errors.push(format!("kind: {k:?} is not KubeletConfiguration"));
-            }
+        if let Some(k) = &file.kind
+            && k != "KubeletConfiguration"
+        {
+            errors.push(format!("kind: {k:?} is not KubeletConfiguration"));
         }
         for key in file.other.keys() {
             tracing::info!(

@@ -87,7 +87,8 @@ mod tests {
 
     #[test]
     fn classes() {
-        let cases: &[(&[(&str, &str)], &[(&str, &str)], &str)] = &[
+        type Resources<'a> = &'a [(&'a str, &'a str)];
+        let cases: &[(Resources<'_>, Resources<'_>, &str)] = &[
             (&[], &[], "BestEffort"),
             (&[("cpu", "0")], &[], "BestEffort"),
             (&[("cpu", "100m")], &[], "Burstable"),

@@ -350,10 +350,10 @@ impl PodSyncer {
                 }
             });
             futures::future::join_all(stops).await;
-            if let Some(sb) = st.sandbox.take() {
-                if let Err(e) = runtime.remove_pod_sandbox(&sb.id).await {
-                    tracing::warn!(pod = %full_name(pod), "removing sandbox {}: {e}", sb.id);
-                }
+            if let Some(sb) = st.sandbox.take()
+                && let Err(e) = runtime.remove_pod_sandbox(&sb.id).await
+            {
+                tracing::warn!(pod = %full_name(pod), "removing sandbox {}: {e}", sb.id);
             }
             self.refresh(&*runtime, st).await;
         }

@@ -11,6 +11,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use wasmlet_testkit::images;
 
+mod bench;
+
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask", about = "wasmlet build tasks")]
 struct Cli {
@@ -27,11 +29,32 @@ enum Task {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+    /// Benchmarks (they print figures; they are not tests).
+    Bench {
+        #[command(subcommand)]
+        bench: Bench,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum Bench {
+    /// Manifest appears -> pod Running, for many Wasm pods on a standalone node.
+    PodStart {
+        /// How many pods to start at once.
+        #[arg(long, default_value_t = 100)]
+        pods: usize,
+        /// Build and run the debug binary instead of the release one.
+        #[arg(long)]
+        debug: bool,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().task {
         Task::Images { out_dir } => images_task(out_dir),
+        Task::Bench {
+            bench: Bench::PodStart { pods, debug },
+        } => bench::pod_start(pods, debug),
     }
 }
 

@@ -141,20 +141,20 @@ pub fn validate(pod: &Pod) -> Result<(), String> {
                 if c.image.as_deref().unwrap_or("").trim().is_empty() {
                     problems.push(format!("{at}.image: required"));
                 }
-                if let Some(p) = &c.image_pull_policy {
-                    if !["Always", "IfNotPresent", "Never"].contains(&p.as_str()) {
-                        problems.push(format!(
-                            "{at}.imagePullPolicy: {p:?} is not Always, IfNotPresent or Never"
-                        ));
-                    }
-                }
-            }
-            if let Some(p) = &spec.restart_policy {
-                if !["Always", "OnFailure", "Never"].contains(&p.as_str()) {
+                if let Some(p) = &c.image_pull_policy
+                    && !["Always", "IfNotPresent", "Never"].contains(&p.as_str())
+                {
                     problems.push(format!(
-                        "spec.restartPolicy: {p:?} is not Always, OnFailure or Never"
+                        "{at}.imagePullPolicy: {p:?} is not Always, IfNotPresent or Never"
                     ));
                 }
+            }
+            if let Some(p) = &spec.restart_policy
+                && !["Always", "OnFailure", "Never"].contains(&p.as_str())
+            {
+                problems.push(format!(
+                    "spec.restartPolicy: {p:?} is not Always, OnFailure or Never"
+                ));
             }
             if spec.termination_grace_period_seconds.is_some_and(|g| g < 0) {
                 problems.push("spec.terminationGracePeriodSeconds: must not be negative".into());

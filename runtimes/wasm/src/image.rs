@@ -173,12 +173,11 @@ impl ImageStore {
                 image: i.clone(),
             });
         }
-        if let Some((repo, digest)) = normalized.split_once('@') {
-            if let Some(entry) =
+        if let Some((repo, digest)) = normalized.split_once('@')
+            && let Some(entry) =
                 by_id(digest).filter(|e| reference::repository(&e.reference) == repo)
-            {
-                return Ok(entry);
-            }
+        {
+            return Ok(entry);
         }
         Err(ImageError::NotFound(image.to_owned()))
     }
@@ -246,7 +245,7 @@ impl ImageStore {
                     desc.digest
                 ))
             })?;
-            let reference = reference::normalize(&name).map_err(|e| bad(e))?;
+            let reference = reference::normalize(&name).map_err(&bad)?;
             let manifest_desc = self.pick_manifest(desc, &blob, &bad)?;
             let manifest_bytes = blob(&manifest_desc.digest)?;
             let manifest: OciManifest = serde_json::from_slice(manifest_bytes)

@@ -286,10 +286,10 @@ impl WasmRuntime {
         for (k, v) in &config.env {
             set(k, v);
         }
-        if let Some(dir) = config.working_dir.as_ref().or(image.working_dir.as_ref()) {
-            if !env.iter().any(|(k, _)| k == "PWD") {
-                env.push(("PWD".into(), dir.clone()));
-            }
+        if let Some(dir) = config.working_dir.as_ref().or(image.working_dir.as_ref())
+            && !env.iter().any(|(k, _)| k == "PWD")
+        {
+            env.push(("PWD".into(), dir.clone()));
         }
         ContainerSpec {
             name: config.metadata.name.clone(),
@@ -591,17 +591,17 @@ impl Runtime for WasmRuntime {
                 "container {container_id} is running; stop it first"
             )));
         }
-        if let Ok(sandbox) = self.sandbox(&c.sandbox_id) {
-            if !*sandbox.exited.borrow() {
-                self.call(
-                    &sandbox,
-                    Op::Remove {
-                        container_id: container_id.to_owned(),
-                    },
-                    REQUEST_TIMEOUT,
-                )
-                .await?;
-            }
+        if let Ok(sandbox) = self.sandbox(&c.sandbox_id)
+            && !*sandbox.exited.borrow()
+        {
+            self.call(
+                &sandbox,
+                Op::Remove {
+                    container_id: container_id.to_owned(),
+                },
+                REQUEST_TIMEOUT,
+            )
+            .await?;
         }
         self.inner.containers.lock().unwrap().remove(container_id);
         self.emit(&c, ContainerEventKind::Deleted, Timestamp::now());

@@ -479,11 +479,11 @@ impl ResourceLimiter for MemoryLimiter {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         let grow = (desired - current) as u64;
-        if let Some(limit) = self.limit {
-            if self.used + grow > limit {
-                self.refused = true;
-                return Ok(false);
-            }
+        if let Some(limit) = self.limit
+            && self.used + grow > limit
+        {
+            self.refused = true;
+            return Ok(false);
         }
         self.used += grow;
         Ok(true)

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages wasmlet's build, run and tests use. Idempotent; needs root.
+#
+#   rustc-web cargo-web rust-web-src  Debian's Rust with std sources: builds Wasm guests
+#                                     (wasm32-wasip1 via -Zbuild-std; rustup has no wasm
+#                                     targets on these machines)
+#   lld-19 wasi-libc                  wasm-ld and the WASI C library the guests link with
+set -euo pipefail
+
+packages=(rustc-web cargo-web rust-web-src lld-19 wasi-libc)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null; then
+  echo "cargo (rustup's) is required on PATH" >&2
+  exit 1
+fi

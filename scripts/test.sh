@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: installs what it needs, checks formatting and
+# lints, builds the Wasm guests, runs every test, then runs the README's node for a
+# few seconds. Needs root (apt, and the node writes under /tmp).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+
+echo "--- fmt"
+cargo fmt --all -- --check
+echo "--- clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "--- guest images"
+cargo xtask images >/dev/null
+echo "--- tests"
+cargo test --workspace --locked 2>&1 | tee target/test.log
+echo "--- the README's standalone node, 15 s"
+WASMLET_PROFILE=dev WASMLET_RUN_SECONDS=15 WASMLET_DEMO_DIR="$(mktemp -d /tmp/wasmlet-ci-run.XXXX)" \
+  WASMLET_PORT=18255 scripts/run.sh | tee target/run.log
+grep -q "ticker-.*Running" target/run.log || { echo "the standalone node did not show the ticker pod Running" >&2; exit 1; }
+
+passed=$(grep -Eo '^test result: ok\. [0-9]+ passed' target/test.log | awk '{s+=$4} END {print s+0}')
+failed=$(grep -Eo '[0-9]+ failed' target/test.log | awk '{s+=$1} END {print s+0}')
+echo "${passed} passed, ${failed} failed"
