@@ -168,3 +168,35 @@ fn the_pods_endpoint_is_a_v1_pod_list() {
     let (code, body) = wasmlet_testkit::node::http_get(node.healthz_port, "/healthz").unwrap();
     assert_eq!((code, body.as_str()), (200, "ok"));
 }
+
+#[test]
+fn a_manifest_removed_and_restored_unchanged_comes_back_with_the_same_uid() {
+    let node = start(&["ticker"]);
+    let yaml = manifest("t", "ticker", "Always", "");
+    node.write_manifest("t.yaml", &yaml).unwrap();
+    let first = node.wait_pod("t", LONG, is_running).unwrap();
+    let first_sandbox = node.sandbox_pids();
+
+    // Same content, same file: the same UID, while the old instance may still be
+    // terminating. The node must finish terminating it, then start the pod again.
+    node.remove_manifest("t.yaml").unwrap();
+    let removed = format!("pod removed pod=default/t-e2e uid={}", uid(&first));
+    poll(LONG, || node.log().contains(&removed).then_some(()))
+        .unwrap_or_else(|| panic!("the node saw the removal; log:\n{}", node.log()));
+    node.write_manifest("t.yaml", &yaml).unwrap();
+    let again = node
+        .wait_pod("t", LONG, |p| {
+            is_running(p)
+                && node
+                    .sandbox_pids()
+                    .iter()
+                    .all(|pid| !first_sandbox.contains(pid))
+        })
+        .unwrap();
+    assert_eq!(uid(&again), uid(&first));
+    assert_eq!(
+        node.sandbox_pids().len(),
+        1,
+        "exactly one sandbox for the pod"
+    );
+}
