@@ -236,6 +236,9 @@ impl ImageStore {
             return Err(bad("index.json lists no manifests".into()));
         }
 
+        // Held from the first blob written to the index update: a remove's garbage
+        // collection in between would delete blobs the index is about to name.
+        let _lock = self.lock()?;
         let mut imported = Vec::new();
         let mut new_blobs: BTreeMap<String, &Vec<u8>> = BTreeMap::new();
         for desc in &index.manifests {
@@ -317,7 +320,6 @@ impl ImageStore {
             self.write_blob(&digest, data)?;
         }
 
-        let _lock = self.lock()?;
         let mut index = self.read_index()?;
         for entry in &imported {
             index

@@ -1,1 +1,13 @@
 //! Integration tests of the Wasm runtime against real guests.
+//!
+//! One test binary with a module per topic, so the link step is paid once:
+//! [`images`] (the image store), [`lifecycle`] (running the example guests),
+//! [`limits`] (memory limits, a sandbox dying), [`errors`] (missing images).
+//! [`fixture`] holds the shared setup: a runtime in a tempdir, a pod, and waits
+//! that end on an event or a deadline.
+
+mod errors;
+mod fixture;
+mod images;
+mod lifecycle;
+mod limits;
