@@ -5,9 +5,13 @@
 #                                     (wasm32-wasip1 via -Zbuild-std; rustup has no wasm
 #                                     targets on these machines)
 #   lld-19 wasi-libc                  wasm-ld and the WASI C library the guests link with
+#   containerd runc                   the real CRI runtime tests run a private instance of
+#   containernetworking-plugins       CNI plugins (bridge, host-local, loopback) in /usr/lib/cni
+#   busybox-static                    /bin/busybox, the test container images' only binary
 set -euo pipefail
 
-packages=(rustc-web cargo-web rust-web-src lld-19 wasi-libc)
+packages=(rustc-web cargo-web rust-web-src lld-19 wasi-libc
+          containerd runc containernetworking-plugins busybox-static)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

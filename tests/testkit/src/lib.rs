@@ -5,5 +5,6 @@
 //! must pull and import; start at [`images::ensure_example_images`].
 //! [`node`] runs the real `wasmlet` binary for end-to-end tests.
 
+pub mod containerd;
 pub mod images;
 pub mod node;

@@ -1,0 +1,192 @@
+//! The one place where CRI's gRPC status codes become [`wasmlet_runtime::Error`]s.
+
+use std::error::Error as _;
+use std::time::Duration;
+
+use tonic::Code;
+use wasmlet_runtime::Error;
+
+/// What a call was about, so that an error can name it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Op<'a> {
+    /// The CRI method, e.g. `StopContainer`.
+    pub rpc: &'static str,
+    /// The kind of object acted on: `sandbox`, `container` or `image`.
+    pub kind: &'static str,
+    /// The object's id or reference; empty for calls about no object.
+    pub id: &'a str,
+    /// The deadline the call ran under, if any.
+    pub timeout: Option<Duration>,
+}
+
+impl<'a> Op<'a> {
+    pub(crate) fn new(rpc: &'static str, kind: &'static str, id: &'a str) -> Self {
+        Op {
+            rpc,
+            kind,
+            id,
+            timeout: None,
+        }
+    }
+
+    pub(crate) fn timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+}
+
+/// Maps a failed CRI call to the runtime seam's error.
+///
+/// - `NotFound` names the object ([`Error::NotFound`]);
+/// - `Unavailable`, and errors that never reached the runtime (the socket is absent,
+///   the connection broke: tonic reports those as `Unknown` with a local source),
+///   become [`Error::Unavailable`], which the node retries;
+/// - `DeadlineExceeded`, and the client's own deadline, become [`Error::Timeout`];
+/// - `Unimplemented` becomes [`Error::Unsupported`];
+/// - `InvalidArgument` and `FailedPrecondition` keep their meaning;
+/// - anything else is [`Error::Internal`] with the code and the runtime's message.
+pub(crate) fn from_status(op: &Op<'_>, status: tonic::Status) -> Error {
+    let message = status.message().to_owned();
+    let timeout = || Error::Timeout {
+        operation: op.rpc,
+        after: op.timeout.unwrap_or_default(),
+    };
+    match status.code() {
+        Code::NotFound => Error::not_found(op.kind, op.id),
+        Code::Unavailable => Error::Unavailable(format!("{}: {message}", op.rpc)),
+        Code::DeadlineExceeded => timeout(),
+        Code::Cancelled if caused_by::<tonic::TimeoutExpired>(&status) => timeout(),
+        // A status that carries a source was made by the client from a local error
+        // (connect, I/O, HTTP/2), not sent by the runtime: the runtime is unreachable.
+        Code::Unknown if status.source().is_some() => {
+            Error::Unavailable(format!("{}: {}", op.rpc, describe(&status)))
+        }
+        Code::InvalidArgument => Error::InvalidArgument(format!("{}: {message}", op.rpc)),
+        Code::FailedPrecondition => Error::FailedPrecondition(format!("{}: {message}", op.rpc)),
+        Code::Unimplemented => Error::Unsupported {
+            runtime: "cri".to_owned(),
+            operation: op.rpc,
+        },
+        code => Error::Internal(format!("{} failed ({code:?}): {message}", op.rpc)),
+    }
+}
+
+fn caused_by<E: std::error::Error + 'static>(status: &tonic::Status) -> bool {
+    let mut source = status.source();
+    while let Some(err) = source {
+        if err.is::<E>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// The status message followed by its chain of causes, which is where a transport
+/// error says what actually happened (`No such file or directory`).
+fn describe(status: &tonic::Status) -> String {
+    let mut text = status.message().to_owned();
+    let mut source = status.source();
+    while let Some(err) = source {
+        let cause = err.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+        source = err.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op() -> Op<'static> {
+        Op::new("StopContainer", "container", "c1").timeout(Some(Duration::from_secs(3)))
+    }
+
+    /// What the mapped error must look like.
+    type Expect = fn(&Error) -> bool;
+
+    #[test]
+    fn codes_map_to_seam_errors() {
+        let cases: Vec<(tonic::Status, Expect)> = vec![
+            (
+                tonic::Status::not_found("gone"),
+                |e| matches!(e, Error::NotFound { kind: "container", id } if id == "c1"),
+            ),
+            (
+                tonic::Status::unavailable("down"),
+                |e| matches!(e, Error::Unavailable(m) if m.contains("down") && m.contains("StopContainer")),
+            ),
+            (
+                tonic::Status::deadline_exceeded("slow"),
+                |e| matches!(e, Error::Timeout { operation: "StopContainer", after } if *after == Duration::from_secs(3)),
+            ),
+            (
+                tonic::Status::invalid_argument("bad"),
+                |e| matches!(e, Error::InvalidArgument(m) if m.contains("bad")),
+            ),
+            (
+                tonic::Status::failed_precondition("running"),
+                |e| matches!(e, Error::FailedPrecondition(m) if m.contains("running")),
+            ),
+            (tonic::Status::unimplemented("no"), |e| {
+                matches!(
+                    e,
+                    Error::Unsupported {
+                        operation: "StopContainer",
+                        ..
+                    }
+                )
+            }),
+            (
+                tonic::Status::internal("boom"),
+                |e| matches!(e, Error::Internal(m) if m.contains("boom") && m.contains("Internal")),
+            ),
+            // Sent by the runtime as Unknown: no source, so it is the runtime's error.
+            (
+                tonic::Status::unknown("runc failed"),
+                |e| matches!(e, Error::Internal(m) if m.contains("runc failed")),
+            ),
+            // A plain Cancelled from the runtime is not our deadline.
+            (tonic::Status::cancelled("ctx"), |e| {
+                matches!(e, Error::Internal(_))
+            }),
+        ];
+        for (status, expect) in cases {
+            let shown = format!("{status:?}");
+            let err = from_status(&op(), status);
+            assert!(expect(&err), "{shown} became {err:?}");
+        }
+    }
+
+    #[test]
+    fn local_transport_errors_are_unavailable() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        let status = tonic::Status::from_error(Box::new(io));
+        assert_eq!(status.code(), Code::Unknown);
+        let err = from_status(&op(), status);
+        assert!(
+            matches!(&err, Error::Unavailable(m) if m.contains("No such file")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn connect_errors_are_unavailable() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let status = tonic::Status::from_error(Box::new(tonic::ConnectError(Box::new(io))));
+        let err = from_status(&op(), status);
+        assert!(matches!(&err, Error::Unavailable(_)), "{err:?}");
+    }
+
+    #[test]
+    fn client_deadline_is_timeout() {
+        let status = tonic::Status::from_error(Box::new(tonic::TimeoutExpired(())));
+        assert_eq!(status.code(), Code::Cancelled);
+        let err = from_status(&op(), status);
+        assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    }
+}
