@@ -51,6 +51,16 @@ pub struct NodeFlags {
     /// How often every pod is synced even without a change (e.g. 1m).
     #[arg(long, value_name = "DURATION")]
     pub sync_frequency: Option<String>,
+    /// The CRI runtime's socket (unix:///run/containerd/containerd.sock); without it the
+    /// node runs Wasm pods only.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub container_runtime_endpoint: Option<String>,
+    /// The CRI image service's socket, if it differs from the runtime's.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub image_service_endpoint: Option<String>,
+    /// Deadline of CRI calls except long-running ones (e.g. 2m).
+    #[arg(long, value_name = "DURATION")]
+    pub runtime_request_timeout: Option<String>,
     /// The program that runs Wasm pod sandboxes (default: this binary, `sandbox`).
     #[arg(long, value_name = "FILE", hide = true)]
     pub sandbox_program: Option<PathBuf>,
@@ -71,6 +81,9 @@ struct KubeletConfiguration {
     healthz_bind_address: Option<String>,
     pod_logs_dir: Option<PathBuf>,
     max_pods: Option<i64>,
+    container_runtime_endpoint: Option<String>,
+    image_service_endpoint: Option<String>,
+    runtime_request_timeout: Option<String>,
     wasmlet: Option<WasmletSection>,
     #[serde(flatten)]
     other: BTreeMap<String, serde_json::Value>,
@@ -116,8 +129,18 @@ pub struct NodeConfig {
     /// The PLEG is unhealthy when no relist succeeded for this long.
     pub pleg_unhealthy_after: Duration,
     pub runtime_handlers: BTreeMap<String, String>,
+    /// The CRI runtime, when one is configured.
+    pub cri: Option<CriSettings>,
     pub sandbox_program: PathBuf,
     pub sandbox_args: Vec<String>,
+}
+
+/// How to reach the CRI runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CriSettings {
+    pub runtime_endpoint: String,
+    pub image_endpoint: Option<String>,
+    pub request_timeout: Duration,
 }
 
 impl NodeConfig {
@@ -235,6 +258,12 @@ impl NodeFlags {
             Duration::from_secs(1),
         );
 
+        let request_timeout = dur(
+            "runtimeRequestTimeout",
+            &self.runtime_request_timeout,
+            &file.runtime_request_timeout,
+            Duration::from_secs(120),
+        );
         let mut port = |name: &str, flag: Option<u16>, field: Option<i64>, default: u16| match flag
         {
             Some(p) => p,
@@ -303,12 +332,26 @@ impl NodeFlags {
             ));
         }
 
+        let cri = self
+            .container_runtime_endpoint
+            .clone()
+            .or(file.container_runtime_endpoint)
+            .filter(|e| !e.trim().is_empty())
+            .map(|runtime_endpoint| CriSettings {
+                runtime_endpoint,
+                image_endpoint: self
+                    .image_service_endpoint
+                    .clone()
+                    .or(file.image_service_endpoint)
+                    .filter(|e| !e.trim().is_empty()),
+                request_timeout,
+            });
         let mut runtime_handlers = section.runtime_handlers.unwrap_or_default();
         runtime_handlers
             .entry(wasmlet_runtime_wasm::HANDLER.to_owned())
             .or_insert_with(|| wasmlet_runtime_wasm::HANDLER.to_owned());
         for (class, handler) in &runtime_handlers {
-            if handler != wasmlet_runtime_wasm::HANDLER {
+            if handler != wasmlet_runtime_wasm::HANDLER && cri.is_none() {
                 errors.push(format!(
                     "wasmlet.runtimeHandlers.{class}: handler {handler:?} needs a CRI runtime, which this node does not have configured"
                 ));
@@ -359,6 +402,7 @@ impl NodeFlags {
             pleg_relist_period,
             pleg_unhealthy_after: Duration::from_secs(180),
             runtime_handlers,
+            cri,
             sandbox_program,
             sandbox_args,
         })

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use wasmlet_runtime::Runtime;
+use wasmlet_runtime_cri::{CriConfig, CriRuntime};
 use wasmlet_runtime_wasm::{ImageStore, SandboxCommand, WasmRuntime, WasmRuntimeConfig};
 
 use crate::config::NodeConfig;
@@ -71,12 +72,38 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     import_drop_dir(wasm.images(), &config.image_drop_dir());
 
     let wasm_dyn: Arc<dyn Runtime> = Arc::new(wasm.clone());
-    let handlers = BTreeMap::from([(wasmlet_runtime_wasm::HANDLER.to_owned(), wasm_dyn)]);
-    let router = RuntimeRouter::new(
-        config.runtime_handlers.clone(),
-        handlers,
-        wasmlet_runtime_wasm::HANDLER,
-    );
+    let mut handlers = BTreeMap::from([(wasmlet_runtime_wasm::HANDLER.to_owned(), wasm_dyn)]);
+    let mut default_handler = wasmlet_runtime_wasm::HANDLER.to_owned();
+    if let Some(cri) = &config.cri {
+        let runtime = CriRuntime::connect(CriConfig {
+            runtime_endpoint: cri.runtime_endpoint.clone(),
+            image_endpoint: cri.image_endpoint.clone(),
+            request_timeout: cri.request_timeout,
+            handler: String::new(),
+        })
+        .with_context(|| format!("container runtime endpoint {}", cri.runtime_endpoint))?;
+        match runtime.version().await {
+            Ok(v) => {
+                tracing::info!(endpoint = %cri.runtime_endpoint, runtime = %v.runtime_name, version = %v.runtime_version, "connected to the CRI runtime")
+            }
+            // The node keeps running its Wasm pods; container pods wait for the runtime.
+            Err(e) => {
+                tracing::error!(endpoint = %cri.runtime_endpoint, "CRI runtime not usable yet: {e}")
+            }
+        }
+        let cri_dyn: Arc<dyn Runtime> = Arc::new(runtime);
+        // The default handler (empty) and every RuntimeClass handler other than
+        // wasmtime go to the CRI runtime, which is told the handler per sandbox.
+        handlers.insert(String::new(), cri_dyn.clone());
+        for handler in config.runtime_handlers.values() {
+            if handler != wasmlet_runtime_wasm::HANDLER {
+                handlers.insert(handler.clone(), cri_dyn.clone());
+            }
+        }
+        default_handler = String::new();
+    }
+    let router = RuntimeRouter::new(config.runtime_handlers.clone(), handlers, default_handler)
+        .with_wasm_images(wasm.images().clone());
     let syncer = Arc::new(PodSyncer::new(
         router.clone(),
         config.backoff_initial,

@@ -2,13 +2,16 @@
 //!
 //! The pod's RuntimeClass names a handler (in standalone mode the table comes from
 //! the node config; `wasmtime` is always the native Wasm runtime). A pod without a
-//! RuntimeClass goes to the default runtime. A pod is never split across runtimes.
+//! RuntimeClass goes to the Wasm runtime when every one of its images is a Wasm image
+//! in the node's store, else to the default runtime (CRI when one is configured). A pod
+//! is never split across runtimes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use wasmlet_runtime::Runtime;
+use wasmlet_runtime_wasm::ImageStore;
 
 /// The runtimes of the node, by handler.
 #[derive(Clone)]
@@ -19,6 +22,8 @@ pub struct RuntimeRouter {
     handlers: BTreeMap<String, Arc<dyn Runtime>>,
     /// The handler of pods without a RuntimeClass.
     default_handler: String,
+    /// The Wasm image store, to route pods whose images are all Wasm images.
+    wasm_images: Option<ImageStore>,
 }
 
 impl RuntimeRouter {
@@ -31,7 +36,26 @@ impl RuntimeRouter {
             classes,
             handlers,
             default_handler: default_handler.into(),
+            wasm_images: None,
         }
+    }
+
+    /// Routes pods without a RuntimeClass whose images are all in `store` to the Wasm
+    /// runtime.
+    pub fn with_wasm_images(mut self, store: ImageStore) -> Self {
+        self.wasm_images = Some(store);
+        self
+    }
+
+    fn all_images_are_wasm(&self, pod: &Pod) -> bool {
+        let Some(store) = &self.wasm_images else {
+            return false;
+        };
+        let Some(spec) = &pod.spec else { return false };
+        spec.containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .all(|c| c.image.as_deref().is_some_and(|i| store.resolve(i).is_ok()))
     }
 
     /// The runtime for a pod and the handler name to pass it.
@@ -42,6 +66,7 @@ impl RuntimeRouter {
                 Some(class) => self.classes.get(class).cloned().ok_or_else(|| {
                     format!("RuntimeClass {class:?} is not configured on this node")
                 })?,
+                None if self.all_images_are_wasm(pod) => wasmlet_runtime_wasm::HANDLER.to_owned(),
                 None => self.default_handler.clone(),
             };
         let runtime = self
@@ -61,5 +86,49 @@ impl RuntimeRouter {
             }
         }
         seen
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+    fn pod(images: &[&str]) -> Pod {
+        Pod {
+            spec: Some(PodSpec {
+                containers: images
+                    .iter()
+                    .enumerate()
+                    .map(|(i, image)| Container {
+                        name: format!("c{i}"),
+                        image: Some(image.to_string()),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pods_whose_images_are_all_wasm_images_go_to_the_wasm_runtime() {
+        let images = wasmlet_testkit::images::ensure_example_images().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::open(dir.path()).unwrap();
+        store.import_archive(&images.join("hello.tar")).unwrap();
+        let router =
+            RuntimeRouter::new(BTreeMap::new(), BTreeMap::new(), "").with_wasm_images(store);
+        let wasm = "localhost/wasmlet-examples/hello:latest";
+        assert!(router.all_images_are_wasm(&pod(&[wasm])));
+        assert!(router.all_images_are_wasm(&pod(&[wasm, wasm])));
+        assert!(
+            !router.all_images_are_wasm(&pod(&[wasm, "busybox:1.36"])),
+            "never split a pod"
+        );
+        assert!(!router.all_images_are_wasm(&pod(&["busybox:1.36"])));
+        let without_store = RuntimeRouter::new(BTreeMap::new(), BTreeMap::new(), "");
+        assert!(!without_store.all_images_are_wasm(&pod(&[wasm])));
     }
 }

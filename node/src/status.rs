@@ -52,11 +52,7 @@ fn image_id(cs: &ContainerStatus) -> String {
 /// Builds the status of `pod` from its worker's state. `previous` keeps condition
 /// transition times stable when a condition does not change.
 pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> PodStatus {
-    let scheme = if st.runtime_name == "wasm" {
-        "wasm"
-    } else {
-        st.runtime_name.as_str()
-    };
+    let scheme = st.runtime_name.as_str();
     let spec = pod.spec.clone().unwrap_or_default();
     let mut statuses = Vec::new();
     for c in &spec.containers {
@@ -190,6 +186,12 @@ pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> Pod
         qos_class: Some(qos_class(pod).into()),
         start_time: st.start_time.map(time),
         message: st.sandbox_error.clone(),
+        pod_ip: st.sandbox.as_ref().and_then(|s| s.ip.clone()),
+        pod_ips: st
+            .sandbox
+            .as_ref()
+            .and_then(|s| s.ip.clone())
+            .map(|ip| vec![k8s_openapi::api::core::v1::PodIP { ip }]),
         ..Default::default()
     }
 }

@@ -71,6 +71,8 @@ pub struct ContainerRecord {
 pub struct SandboxRecord {
     pub id: String,
     pub ready: bool,
+    /// The pod's IP, when the runtime gave it a network of its own.
+    pub ip: Option<String>,
     pub config: PodSandboxConfig,
 }
 
@@ -179,7 +181,16 @@ impl PodSyncer {
             Some(r) => r.clone(),
             None => match self.router.for_pod(pod) {
                 Ok((r, handler)) => {
-                    st.runtime_name = r.name().to_owned();
+                    // The scheme of container ids: the CRI runtime's own name
+                    // (`containerd://…`), or `wasm://` for the native runtime.
+                    st.runtime_name = match r.name() {
+                        "wasm" => "wasm".to_owned(),
+                        name => r
+                            .version()
+                            .await
+                            .map(|v| v.runtime_name)
+                            .unwrap_or_else(|_| name.to_owned()),
+                    };
                     st.runtime = Some(r.clone());
                     st.handler = handler;
                     r
@@ -220,13 +231,23 @@ impl PodSyncer {
                 }
             }
             let config = self.sandbox_config(pod, st);
+            // Runtimes write container logs under it but do not create it.
+            if let Err(e) = std::fs::create_dir_all(&config.log_directory) {
+                tracing::warn!(pod = %full_name(pod), "creating {}: {e}", config.log_directory.display());
+            }
             match runtime.run_pod_sandbox(&config).await {
                 Ok(id) => {
                     st.sandbox_attempts += 1;
                     st.sandbox_error = None;
+                    let ip = runtime
+                        .pod_sandbox_status(&id)
+                        .await
+                        .ok()
+                        .and_then(|s| s.ip);
                     st.sandbox = Some(SandboxRecord {
                         id,
                         ready: true,
+                        ip,
                         config,
                     });
                 }
@@ -366,7 +387,10 @@ impl PodSyncer {
     async fn refresh(&self, runtime: &dyn Runtime, st: &mut PodState) {
         if let Some(sb) = st.sandbox.as_mut() {
             match runtime.pod_sandbox_status(&sb.id).await {
-                Ok(s) => sb.ready = s.state == SandboxState::Ready,
+                Ok(s) => {
+                    sb.ready = s.state == SandboxState::Ready;
+                    sb.ip = s.ip;
+                }
                 Err(e) if e.is_not_found() => sb.ready = false,
                 Err(e) => tracing::warn!(sandbox = %sb.id, "sandbox status: {e}"),
             }

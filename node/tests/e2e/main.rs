@@ -6,6 +6,7 @@
 //! node, not the other tests sharing two cores.
 
 mod cli;
+mod cri;
 mod isolation;
 mod lifecycle;
 mod manifests;
