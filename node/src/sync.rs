@@ -320,14 +320,13 @@ impl PodSyncer {
             } else {
                 rec.restart_count
             };
-            let rec_clone = rec.clone();
             match self
                 .start_container(&*runtime, pod, c, &sandbox, attempt)
                 .await
             {
                 Ok(status) => {
                     let rec = st.containers.get_mut(&c.name).expect("inserted above");
-                    if let Some(prev) = rec_clone.current {
+                    if let Some(prev) = rec.current.take() {
                         // Keep one dead instance per container, as container GC does.
                         if let Some(older) = rec.last_terminated.replace(prev) {
                             let _ = runtime.remove_container(&older.id).await;
