@@ -1,7 +1,7 @@
 //! The one place where CRI's gRPC status codes become [`wasmlet_runtime::Error`]s.
 
 use std::error::Error as _;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tonic::Code;
 use wasmlet_runtime::Error;
@@ -17,6 +17,8 @@ pub(crate) struct Op<'a> {
     pub id: &'a str,
     /// The deadline the call ran under, if any.
     pub timeout: Option<Duration>,
+    /// When the call was made, to tell whether its deadline has passed.
+    pub started: Instant,
 }
 
 impl<'a> Op<'a> {
@@ -26,7 +28,16 @@ impl<'a> Op<'a> {
             kind,
             id,
             timeout: None,
+            started: Instant::now(),
         }
+    }
+
+    /// Whether the call has run past its deadline. A `Cancelled` status then means
+    /// the deadline, whichever side noticed it first: tonic's client reports it with a
+    /// local `TimeoutExpired` source, while a server that honours `grpc-timeout` may
+    /// answer `Cancelled` itself.
+    fn deadline_passed(&self) -> bool {
+        self.timeout.is_some_and(|t| self.started.elapsed() >= t)
     }
 
     pub(crate) fn timeout(mut self, timeout: Option<Duration>) -> Self {
@@ -55,7 +66,9 @@ pub(crate) fn from_status(op: &Op<'_>, status: tonic::Status) -> Error {
         Code::NotFound => Error::not_found(op.kind, op.id),
         Code::Unavailable => Error::Unavailable(format!("{}: {message}", op.rpc)),
         Code::DeadlineExceeded => timeout(),
-        Code::Cancelled if caused_by::<tonic::TimeoutExpired>(&status) => timeout(),
+        Code::Cancelled if caused_by::<tonic::TimeoutExpired>(&status) || op.deadline_passed() => {
+            timeout()
+        }
         // A status that carries a source was made by the client from a local error
         // (connect, I/O, HTTP/2), not sent by the runtime: the runtime is unreachable.
         Code::Unknown if status.source().is_some() => {
@@ -188,5 +201,20 @@ mod tests {
         assert_eq!(status.code(), Code::Cancelled);
         let err = from_status(&op(), status);
         assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    }
+
+    /// A server that honours `grpc-timeout` (tonic does) may answer `Cancelled` before
+    /// the client's own timer fires; past the deadline that is still the deadline.
+    #[test]
+    fn a_cancelled_answer_past_the_deadline_is_timeout() {
+        let past = Op {
+            started: Instant::now() - Duration::from_secs(4),
+            ..op()
+        };
+        let err = from_status(&past, tonic::Status::cancelled("Timeout expired"));
+        assert!(
+            matches!(err, Error::Timeout { operation: "StopContainer", after } if after == Duration::from_secs(3)),
+            "{err:?}"
+        );
     }
 }
