@@ -17,6 +17,7 @@ pub mod podconfig;
 pub mod qos;
 pub mod quantity;
 pub mod router;
+pub mod runtime_state;
 pub mod server;
 pub mod status;
 pub mod sync;

@@ -18,6 +18,7 @@ use crate::config::NodeConfig;
 use crate::pleg::{self, RelistHealth};
 use crate::podconfig::file::FileSource;
 use crate::router::RuntimeRouter;
+use crate::runtime_state::RuntimeState;
 use crate::server::{self, Check, ServerState};
 use crate::status::StatusStore;
 use crate::sync::PodSyncer;
@@ -126,9 +127,16 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
             Arc::new(move || h.check(started, pleg_threshold))
         }),
     ];
+    let runtime_state = RuntimeState::default();
+    tokio::spawn(runtime_state.clone().run(router.clone(), cancel.clone()));
+    let ready_checks: Vec<(&'static str, Check)> = vec![("runtime", {
+        let s = runtime_state.clone();
+        Arc::new(move || s.check())
+    })];
     let state = ServerState {
         statuses: statuses.clone(),
         checks,
+        ready_checks,
     };
     let mut servers = Vec::new();
     if config.read_only_port != 0 {
@@ -141,21 +149,23 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
             )
             .await?,
         );
-        tracing::info!(%addr, "serving the read-only API (/pods, /healthz)");
+        tracing::info!(%addr, "serving the read-only API (/pods, /healthz, /readyz)");
     }
     if config.healthz_port != 0 {
         let addr = SocketAddr::new(config.healthz_bind_address, config.healthz_port);
         servers.push(
             server::serve(addr, server::healthz_router(state.clone()), cancel.clone()).await?,
         );
-        tracing::info!(%addr, "serving /healthz");
+        tracing::info!(%addr, "serving /healthz and /readyz");
     }
 
     let (sources_tx, sources_rx) = mpsc::channel(16);
+    let mut sources = Vec::new();
     match &config.static_pod_path {
         Some(dir) => {
             tracing::info!(dir = %dir.display(), "watching static pod manifests");
             let source = FileSource::new(dir, &config.node_name);
+            sources.push(crate::podconfig::file::SOURCE.to_owned());
             tokio::spawn(source.run(
                 config.file_check_frequency,
                 sources_tx.clone(),
@@ -182,7 +192,8 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
             sync_frequency: config.sync_frequency,
         },
         loop_health,
-    );
+    )
+    .with_sources(sources);
     sync_loop.run(sources_rx, pleg_rx, cancel.clone()).await;
     drop(sources_tx);
 

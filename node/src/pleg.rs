@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use wasmlet_runtime::{ContainerEventKind, ContainerState};
+use wasmlet_runtime::{ContainerEventKind, ContainerState, Runtime};
 
 use crate::router::RuntimeRouter;
 use crate::sync::labels;
@@ -31,29 +31,37 @@ pub struct PodLifecycleEvent {
     pub kind: LifecycleKind,
 }
 
-/// The time of the last successful relist, for health checks.
+/// When the PLEG last relisted every runtime, and how long that took, for `/healthz`.
 #[derive(Clone, Default)]
 pub struct RelistHealth {
-    last: Arc<Mutex<Option<Instant>>>,
+    last: Arc<Mutex<Option<(Instant, Duration)>>>,
 }
 
 impl RelistHealth {
-    pub fn record(&self) {
-        *self.last.lock().unwrap() = Some(Instant::now());
+    /// Records a relist of every runtime that started at `at` and took `took`.
+    pub fn record(&self, at: Instant, took: Duration) {
+        *self.last.lock().unwrap() = Some((at, took));
     }
 
-    /// `Err` with a reason when no relist succeeded within `threshold`.
-    pub fn check(&self, started: Instant, threshold: Duration) -> Result<(), String> {
-        let last = self.last.lock().unwrap().unwrap_or(started);
-        let since = last.elapsed();
+    /// How long the last complete relist took.
+    pub fn latency(&self) -> Option<Duration> {
+        self.last.lock().unwrap().map(|(_, took)| took)
+    }
+
+    /// The last relist and its latency, or `Err` with a reason when no relist of
+    /// every runtime succeeded within `threshold` (the kubelet's `PLEG is not healthy`).
+    pub fn check(&self, started: Instant, threshold: Duration) -> Result<String, String> {
+        let last = *self.last.lock().unwrap();
+        let since = last.map_or(started, |(at, _)| at).elapsed();
         if since > threshold {
-            Err(format!(
-                "pleg was last seen active {:.0?} ago; threshold is {threshold:?}",
-                since
-            ))
-        } else {
-            Ok(())
+            return Err(format!(
+                "pleg was last seen active {since:.0?} ago; threshold is {threshold:?}"
+            ));
         }
+        Ok(match last {
+            Some((_, took)) => format!("last relist {since:.0?} ago, took {took:.1?}"),
+            None => "no relist yet".to_owned(),
+        })
     }
 }
 
@@ -84,24 +92,43 @@ pub async fn run(
             }
         });
     }
-    let mut previous: HashMap<String, (String, ContainerState)> = HashMap::new();
+    let runtimes = router.runtimes();
+    // One listing per runtime: a runtime that cannot be listed keeps its last listing,
+    // so an outage of one runtime is not read as its containers being removed, and the
+    // others' pods still get their events.
+    let mut previous: Vec<Listing> = vec![HashMap::new(); runtimes.len()];
+    let mut failing: Vec<bool> = vec![false; runtimes.len()];
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
             _ = tick.tick() => {
-                match relist(&router).await {
-                    Ok(current) => {
-                        health.record();
-                        for ev in diff(&previous, &current) {
-                            if tx.send(ev).await.is_err() {
-                                return;
+                let at = Instant::now();
+                let mut all_listed = true;
+                for (i, runtime) in runtimes.iter().enumerate() {
+                    match relist(&**runtime).await {
+                        Ok(current) => {
+                            if std::mem::replace(&mut failing[i], false) {
+                                tracing::info!(runtime = runtime.name(), "PLEG relist succeeds again");
+                            }
+                            for ev in diff(&previous[i], &current) {
+                                if tx.send(ev).await.is_err() {
+                                    return;
+                                }
+                            }
+                            previous[i] = current;
+                        }
+                        Err(e) => {
+                            all_listed = false;
+                            if !std::mem::replace(&mut failing[i], true) {
+                                tracing::warn!(runtime = runtime.name(), "PLEG relist failed: {e}");
                             }
                         }
-                        previous = current;
                     }
-                    Err(e) => tracing::warn!("PLEG relist failed: {e}"),
+                }
+                if all_listed {
+                    health.record(at, at.elapsed());
                 }
             }
             Some(ev) = push_rx.recv() => {
@@ -123,24 +150,23 @@ pub async fn run(
     }
 }
 
-async fn relist(
-    router: &RuntimeRouter,
-) -> Result<HashMap<String, (String, ContainerState)>, wasmlet_runtime::Error> {
-    let mut current = HashMap::new();
-    for runtime in router.runtimes() {
-        for c in runtime.list_containers().await? {
+/// Container id → (pod UID, state).
+pub type Listing = HashMap<String, (String, ContainerState)>;
+
+async fn relist(runtime: &dyn Runtime) -> Result<Listing, wasmlet_runtime::Error> {
+    Ok(runtime
+        .list_containers()
+        .await?
+        .into_iter()
+        .map(|c| {
             let uid = c.labels.get(labels::POD_UID).cloned().unwrap_or_default();
-            current.insert(c.id, (uid, c.state));
-        }
-    }
-    Ok(current)
+            (c.id, (uid, c.state))
+        })
+        .collect())
 }
 
 /// The events that turn listing `old` into listing `new`.
-pub fn diff(
-    old: &HashMap<String, (String, ContainerState)>,
-    new: &HashMap<String, (String, ContainerState)>,
-) -> Vec<PodLifecycleEvent> {
+pub fn diff(old: &Listing, new: &Listing) -> Vec<PodLifecycleEvent> {
     let mut events = Vec::new();
     for (id, (uid, state)) in new {
         let before = old.get(id).map(|(_, s)| *s);
@@ -216,11 +242,12 @@ mod tests {
         let health = RelistHealth::default();
         let started = Instant::now();
         let threshold = Duration::from_secs(180);
-        assert!(health.check(started, threshold).is_ok());
+        assert_eq!(health.check(started, threshold).unwrap(), "no relist yet");
         tokio::time::advance(Duration::from_secs(170)).await;
-        health.record();
+        health.record(Instant::now(), Duration::from_millis(3));
         tokio::time::advance(Duration::from_secs(179)).await;
-        assert!(health.check(started, threshold).is_ok());
+        let ok = health.check(started, threshold).unwrap();
+        assert_eq!(ok, "last relist 179s ago, took 3.0ms");
         tokio::time::advance(Duration::from_secs(2)).await;
         let err = health.check(started, threshold).unwrap_err();
         assert!(err.contains("pleg was last seen active"), "{err}");

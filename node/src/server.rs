@@ -1,5 +1,11 @@
-//! The node's HTTP endpoints: the read-only port (`/pods`, `/healthz`) and the
-//! healthz port.
+//! The node's HTTP endpoints: the read-only port (`/pods`, `/healthz`, `/readyz`) and
+//! the healthz port (`/healthz`, `/readyz`).
+//!
+//! `/healthz` is the agent's liveness, as the kubelet's: the sync loop goes round and
+//! the PLEG relists. `/readyz` adds whether the node can run pods: every container
+//! runtime answers and reports RuntimeReady and NetworkReady. Both answer `ok`, or 500
+//! with a `[-]check failed: reason` line per failing check; `?verbose` lists every
+//! check with what it measured.
 //!
 //! The read-only port is unauthenticated by design, as the kubelet's is; it is off by
 //! default (port 0) and should be bound to loopback where enabled.
@@ -8,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -18,14 +24,23 @@ use tokio_util::sync::CancellationToken;
 
 use crate::status::StatusStore;
 
-/// A named health check.
-pub type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// A named health check: `Ok` with what it saw, or `Err` with why it fails.
+pub type Check = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
 
 /// What the endpoints read.
 #[derive(Clone)]
 pub struct ServerState {
     pub statuses: StatusStore,
+    /// Liveness: `/healthz`.
     pub checks: Vec<(&'static str, Check)>,
+    /// Readiness, on top of liveness: `/readyz`.
+    pub ready_checks: Vec<(&'static str, Check)>,
+}
+
+/// Query of the health endpoints.
+#[derive(Debug, Default, serde::Deserialize)]
+struct HealthQuery {
+    verbose: Option<String>,
 }
 
 async fn pods(State(state): State<ServerState>) -> Response {
@@ -36,17 +51,40 @@ async fn pods(State(state): State<ServerState>) -> Response {
     axum::Json(list).into_response()
 }
 
-async fn healthz(State(state): State<ServerState>) -> Response {
-    let failures: Vec<String> = state
-        .checks
-        .iter()
-        .filter_map(|(name, check)| check().err().map(|e| format!("[-]{name} failed: {e}")))
-        .collect();
-    if failures.is_empty() {
-        (StatusCode::OK, "ok").into_response()
-    } else {
-        (StatusCode::INTERNAL_SERVER_ERROR, failures.join("\n")).into_response()
+fn report<'a>(checks: impl Iterator<Item = &'a (&'static str, Check)>, verbose: bool) -> Response {
+    let mut lines = Vec::new();
+    let mut failed = false;
+    for (name, check) in checks {
+        match check() {
+            Ok(seen) if verbose => lines.push(format!("[+]{name} ok: {seen}")),
+            Ok(_) => {}
+            Err(e) => {
+                failed = true;
+                lines.push(format!("[-]{name} failed: {e}"));
+            }
+        }
     }
+    let code = if failed {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::OK
+    };
+    if !failed && !verbose {
+        return (code, "ok").into_response();
+    }
+    lines.push(if failed { "check failed" } else { "ok" }.to_owned());
+    (code, lines.join("\n")).into_response()
+}
+
+async fn healthz(State(state): State<ServerState>, Query(q): Query<HealthQuery>) -> Response {
+    report(state.checks.iter(), q.verbose.is_some())
+}
+
+async fn readyz(State(state): State<ServerState>, Query(q): Query<HealthQuery>) -> Response {
+    report(
+        state.checks.iter().chain(state.ready_checks.iter()),
+        q.verbose.is_some(),
+    )
 }
 
 /// The read-only router.
@@ -54,6 +92,7 @@ pub fn read_only_router(state: ServerState) -> Router {
     Router::new()
         .route("/pods", get(pods))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .with_state(state)
 }
 
@@ -61,6 +100,7 @@ pub fn read_only_router(state: ServerState) -> Router {
 pub fn healthz_router(state: ServerState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .with_state(state)
 }
 

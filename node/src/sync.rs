@@ -31,6 +31,7 @@ pub mod labels {
     pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
     pub const POD_UID: &str = "io.kubernetes.pod.uid";
     pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+    pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
     pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
     pub const CONTAINER_TERMINATION_MESSAGE_PATH: &str =
         "io.kubernetes.container.terminationMessagePath";
@@ -88,6 +89,9 @@ pub struct PodState {
     pub containers: BTreeMap<String, ContainerRecord>,
     /// Why the pod has no sandbox, if creating one failed.
     pub sandbox_error: Option<String>,
+    /// Whether the runtime has been searched for what an earlier run of the node
+    /// left of this pod.
+    pub adopted: bool,
 }
 
 /// What a sync asks of its worker afterwards.
@@ -102,6 +106,8 @@ pub struct PodSyncer {
     router: RuntimeRouter,
     restart_backoff: Mutex<Backoff>,
     image_backoff: Mutex<Backoff>,
+    /// The last failed pull per `<pod uid>/<image>`, shown during its back-off.
+    pull_errors: Mutex<std::collections::HashMap<String, String>>,
     pod_logs_dir: PathBuf,
     /// How soon to retry after an error that has no back-off of its own.
     retry_after_error: Duration,
@@ -134,6 +140,16 @@ pub fn pod_log_dir(root: &std::path::Path, pod: &Pod) -> PathBuf {
     ))
 }
 
+/// The hash of a container's spec, written as `io.kubernetes.container.hash` like the
+/// kubelet does: FNV-1a (32 bits) of the spec's JSON, in hex.
+pub fn container_hash(c: &Container) -> String {
+    let json = serde_json::to_vec(c).unwrap_or_default();
+    let hash = json.iter().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    });
+    format!("{hash:x}")
+}
+
 struct StartError {
     waiting: Waiting,
     retry: Duration,
@@ -150,6 +166,7 @@ impl PodSyncer {
             router,
             restart_backoff: Mutex::new(Backoff::new(backoff_initial, backoff_max)),
             image_backoff: Mutex::new(Backoff::new(backoff_initial, backoff_max)),
+            pull_errors: Mutex::default(),
             pod_logs_dir,
             retry_after_error: backoff_initial,
         }
@@ -185,11 +202,22 @@ impl PodSyncer {
                     // (`containerd://…`), or `wasm://` for the native runtime.
                     st.runtime_name = match r.name() {
                         "wasm" => "wasm".to_owned(),
-                        name => r
-                            .version()
-                            .await
-                            .map(|v| v.runtime_name)
-                            .unwrap_or_else(|_| name.to_owned()),
+                        _ => match r.version().await {
+                            Ok(v) => v.runtime_name,
+                            Err(e) => {
+                                let message = format!("container runtime is down: {e}");
+                                tracing::warn!(pod = %full_name(pod), "{message}");
+                                self.wait_all(
+                                    pod,
+                                    st,
+                                    Waiting::new("ContainerCreating", message.clone()),
+                                );
+                                st.sandbox_error = Some(message);
+                                return SyncOutcome {
+                                    requeue_after: Some(self.retry_after_error),
+                                };
+                            }
+                        },
                     };
                     st.runtime = Some(r.clone());
                     st.handler = handler;
@@ -205,6 +233,21 @@ impl PodSyncer {
                 }
             },
         };
+        if !st.adopted {
+            match self.adopt(&*runtime, pod, st).await {
+                Ok(()) => st.adopted = true,
+                Err(e) => {
+                    // Creating anything now could duplicate what is already running.
+                    let message = format!("listing the runtime's sandboxes and containers: {e}");
+                    tracing::warn!(pod = %full_name(pod), "{message}");
+                    self.wait_all(pod, st, Waiting::new("ContainerCreating", message.clone()));
+                    st.sandbox_error = Some(message);
+                    return SyncOutcome {
+                        requeue_after: Some(self.retry_after_error),
+                    };
+                }
+            }
+        }
         self.refresh(&*runtime, st).await;
 
         if Self::is_pod_done(pod, st) {
@@ -380,6 +423,131 @@ impl PodSyncer {
         let prefix = format!("{}/", uid(pod));
         self.restart_backoff.lock().unwrap().forget_prefix(&prefix);
         self.image_backoff.lock().unwrap().forget_prefix(&prefix);
+        self.pull_errors
+            .lock()
+            .unwrap()
+            .retain(|k, _| !k.starts_with(&prefix));
+    }
+
+    /// Takes over what an earlier run of the node left of this pod in the runtime,
+    /// found by the labels it wrote: the newest sandbox, and per container the newest
+    /// instance (and the one before it, as the last termination) with its restart
+    /// count. Older sandboxes and instances, and containers the spec no longer has,
+    /// are removed. Nothing is created twice after an agent restart.
+    async fn adopt(
+        &self,
+        runtime: &dyn Runtime,
+        pod: &Pod,
+        st: &mut PodState,
+    ) -> wasmlet_runtime::Result<()> {
+        let id = uid(pod);
+        let owned = |labels: &wasmlet_runtime::Labels| {
+            labels.get(labels::POD_UID).map(String::as_str) == Some(id)
+        };
+        let mut sandboxes: Vec<_> = runtime
+            .list_pod_sandboxes()
+            .await?
+            .into_iter()
+            .filter(|s| owned(&s.labels))
+            .collect();
+        let mut containers: Vec<_> = runtime
+            .list_containers()
+            .await?
+            .into_iter()
+            .filter(|c| owned(&c.labels))
+            .collect();
+        if sandboxes.is_empty() && containers.is_empty() {
+            return Ok(());
+        }
+        // Newest first: a ready sandbox wins, then the highest attempt.
+        sandboxes.sort_by_key(|s| {
+            std::cmp::Reverse((
+                s.state == SandboxState::Ready,
+                s.metadata.attempt,
+                s.created_at,
+            ))
+        });
+        let name = full_name(pod);
+        let mut stale_sandboxes = Vec::new();
+        if let Some((newest, older)) = sandboxes.split_first() {
+            st.sandbox_attempts = newest.metadata.attempt + 1;
+            // The pod started when its first surviving sandbox did, not when this run
+            // of the node first saw it.
+            st.start_time = Some(
+                st.start_time
+                    .map_or(newest.created_at, |t| t.min(newest.created_at)),
+            );
+            let mut config = self.sandbox_config(pod, st);
+            config.metadata.attempt = newest.metadata.attempt;
+            let status = runtime.pod_sandbox_status(&newest.id).await.ok();
+            let ready = newest.state == SandboxState::Ready;
+            tracing::info!(pod = %name, sandbox = %newest.id, ready, "adopted the pod's sandbox");
+            st.sandbox = Some(SandboxRecord {
+                id: newest.id.clone(),
+                ready,
+                ip: status.and_then(|s| s.ip),
+                config,
+            });
+            stale_sandboxes.extend(older.iter().map(|s| s.id.clone()));
+        }
+        let wanted: std::collections::HashSet<&str> = pod
+            .spec
+            .iter()
+            .flat_map(|s| &s.containers)
+            .map(|c| c.name.as_str())
+            .collect();
+        containers.sort_by_key(|c| std::cmp::Reverse((c.metadata.attempt, c.created_at)));
+        let mut stale_containers = Vec::new();
+        for c in containers {
+            let name_label = c
+                .labels
+                .get(labels::CONTAINER_NAME)
+                .cloned()
+                .unwrap_or_else(|| c.metadata.name.clone());
+            if !wanted.contains(name_label.as_str()) {
+                stale_containers.push((c.id, c.state));
+                continue;
+            }
+            let rec = st.containers.entry(name_label.clone()).or_default();
+            if rec.current.is_some() && rec.last_terminated.is_some() {
+                stale_containers.push((c.id, c.state));
+                continue;
+            }
+            let status = match runtime.container_status(&c.id).await {
+                Ok(s) => s,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            if rec.current.is_none() {
+                rec.restart_count = c
+                    .annotations
+                    .get(labels::CONTAINER_RESTART_COUNT)
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(c.metadata.attempt);
+                tracing::info!(pod = %name, container = %name_label, id = %c.id, state = ?status.state, restarts = rec.restart_count, "adopted container");
+                rec.current = Some(status);
+            } else {
+                rec.last_terminated = Some(status);
+            }
+        }
+        for (cid, state) in stale_containers {
+            tracing::info!(pod = %name, container = %cid, "removing a container the pod no longer has");
+            if state == ContainerState::Running
+                && let Err(e) = runtime.stop_container(&cid, Duration::ZERO).await
+            {
+                tracing::warn!(pod = %name, container = %cid, "stopping: {e}");
+            }
+            if let Err(e) = runtime.remove_container(&cid).await {
+                tracing::warn!(pod = %name, container = %cid, "removing: {e}");
+            }
+        }
+        for sid in stale_sandboxes {
+            tracing::info!(pod = %name, sandbox = %sid, "removing an older sandbox of the pod");
+            if let Err(e) = runtime.remove_pod_sandbox(&sid).await {
+                tracing::warn!(pod = %name, sandbox = %sid, "removing: {e}");
+            }
+        }
+        Ok(())
     }
 
     /// Re-reads the sandbox and container states from the runtime.
@@ -490,23 +658,36 @@ impl PodSyncer {
         {
             let backoff = self.image_backoff.lock().unwrap();
             if let Some(left) = backoff.remaining_since_update(&key, now) {
+                let last = self.pull_errors.lock().unwrap().get(&key).cloned();
                 return Err(StartError {
                     waiting: Waiting::new(
                         "ImagePullBackOff",
-                        format!("Back-off pulling image {image:?}"),
+                        match last {
+                            Some(e) => {
+                                format!("Back-off pulling image {image:?}: ErrImagePull: {e}")
+                            }
+                            None => format!("Back-off pulling image {image:?}"),
+                        },
                     ),
                     retry: left,
                 });
             }
         }
         match runtime.pull_image(&image).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.pull_errors.lock().unwrap().remove(&key);
+                Ok(())
+            }
             Err(e) => {
                 let mut backoff = self.image_backoff.lock().unwrap();
                 backoff.next(&key, now, now);
+                let delay = backoff.get(&key).unwrap_or(self.retry_after_error);
+                self.pull_errors.lock().unwrap().insert(key, e.to_string());
+                // Look again halfway through the back-off, so the status moves from
+                // ErrImagePull to ImagePullBackOff as the kubelet's does.
                 Err(StartError {
                     waiting: Waiting::new("ErrImagePull", e.to_string()),
-                    retry: backoff.get(&key).unwrap_or(self.retry_after_error),
+                    retry: delay / 2,
                 })
             }
         }
@@ -588,6 +769,7 @@ impl PodSyncer {
         labels.insert(labels::POD_UID.into(), uid(pod).to_owned());
         labels.insert(labels::CONTAINER_NAME.into(), c.name.clone());
         let mut annotations = BTreeMap::new();
+        annotations.insert(labels::CONTAINER_HASH.into(), container_hash(c));
         annotations.insert(labels::CONTAINER_RESTART_COUNT.into(), attempt.to_string());
         annotations.insert(
             labels::CONTAINER_TERMINATION_MESSAGE_PATH.into(),

@@ -39,14 +39,14 @@ impl LoopHealth {
     }
 
     /// `Err` if the loop has not gone round within `threshold`.
-    pub fn check(&self, threshold: Duration) -> Result<(), String> {
+    pub fn check(&self, threshold: Duration) -> Result<String, String> {
         let since = self.last.lock().unwrap().elapsed();
         if since > threshold {
             Err(format!(
                 "sync loop last ran {since:.0?} ago; threshold is {threshold:?}"
             ))
         } else {
-            Ok(())
+            Ok(format!("last ran {since:.0?} ago"))
         }
     }
 }
@@ -70,6 +70,9 @@ pub struct SyncLoop {
     timing: LoopTiming,
     health: LoopHealth,
     housekeeping_running: Arc<std::sync::atomic::AtomicBool>,
+    /// The pod sources this node has; housekeeping removes nothing until each has
+    /// sent its first snapshot (the kubelet's `sourcesReady`).
+    sources: Vec<String>,
 }
 
 impl SyncLoop {
@@ -91,7 +94,14 @@ impl SyncLoop {
             timing,
             health,
             housekeeping_running: Arc::default(),
+            sources: Vec::new(),
         }
+    }
+
+    /// Names the pod sources whose first snapshot housekeeping waits for.
+    pub fn with_sources(mut self, sources: impl IntoIterator<Item = String>) -> Self {
+        self.sources = sources.into_iter().collect();
+        self
     }
 
     /// Runs until cancelled.
@@ -179,6 +189,14 @@ impl SyncLoop {
     /// were deleted while the node was down, or from an earlier run).
     fn housekeeping(&mut self) {
         use std::sync::atomic::Ordering;
+        if !self
+            .config
+            .seen_all(self.sources.iter().map(String::as_str))
+        {
+            // After a restart, pods still running belong to pods the sources have not
+            // sent yet: removing them now would kill what the workers are about to adopt.
+            return;
+        }
         if self.housekeeping_running.swap(true, Ordering::AcqRel) {
             return;
         }

@@ -64,6 +64,12 @@ pub fn full_name(pod: &Pod) -> String {
 }
 
 impl PodConfig {
+    /// Whether every one of `sources` has sent its first snapshot: until then the
+    /// desired set is incomplete and nothing may be removed for not being in it.
+    pub fn seen_all<'a>(&self, mut sources: impl Iterator<Item = &'a str>) -> bool {
+        sources.all(|s| self.sources.contains_key(s))
+    }
+
     /// Takes a source's new snapshot and returns the updates it implies, in the order
     /// the sync loop should apply them: deletes first, then adds, updates, reconciles.
     pub fn merge(&mut self, snapshot: SourceSnapshot) -> Vec<PodUpdate> {

@@ -1,11 +1,50 @@
 //! Container pods through a real (private) containerd, next to Wasm pods on one node.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use wasmlet_testkit::containerd::{Containerd, images::BUSYBOX_IMAGE};
-use wasmlet_testkit::node::{NodeOptions, poll};
+use wasmlet_testkit::node::{NodeOptions, http_get, poll};
 
 use crate::*;
+
+/// A node whose default runtime is `containerd` (and with the given Wasm images).
+fn cri_node(containerd: &Containerd, images: &[&str]) -> Fixture {
+    start_with(NodeOptions {
+        images: images.iter().map(|s| s.to_string()).collect(),
+        extra_args: vec![
+            "--container-runtime-endpoint".into(),
+            containerd.address(),
+            "--runtime-request-timeout".into(),
+            "30s".into(),
+        ],
+        ..Default::default()
+    })
+}
+
+/// A one-container busybox pod running `sh -c <script>`.
+fn busybox_pod(name: &str, restart_policy: &str, grace: u32, script: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  restartPolicy: {restart_policy}\n  terminationGracePeriodSeconds: {grace}\n  containers:\n  - name: main\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, {script:?}]\n"
+    )
+}
+
+/// The ids of a pod's sandbox and containers in containerd, by the kubelet's label.
+fn pod_containers(containerd: &Containerd, pod: &Pod) -> BTreeSet<String> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let filter = format!(r#"labels."io.kubernetes.pod.uid"=={uid}"#);
+    containerd
+        .ctr_k8s(["containers", "ls", "-q", filter.as_str()])
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn container_id(p: &Pod) -> String {
+    container(p).container_id.unwrap_or_default()
+}
 
 #[test]
 fn a_container_pod_and_a_wasm_pod_run_side_by_side() {
@@ -90,4 +129,286 @@ fn a_container_pod_and_a_wasm_pod_run_side_by_side() {
         leftover.trim().is_empty(),
         "containers left in containerd: {leftover}"
     );
+}
+
+#[test]
+fn container_exit_codes_restarts_and_termination_behave_like_the_kubelets() {
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let node = cri_node(&containerd, &[]);
+    node.write_manifest(
+        "fails.yaml",
+        &busybox_pod("fails", "OnFailure", 2, "echo failing; exit 3"),
+    )
+    .unwrap();
+    node.write_manifest("done.yaml", &busybox_pod("done", "Never", 2, "exit 0"))
+        .unwrap();
+    node.write_manifest(
+        "polite.yaml",
+        &busybox_pod(
+            "polite",
+            "Always",
+            20,
+            "trap 'echo got TERM; exit 0' TERM; echo ready; while true; do sleep 0.1; done",
+        ),
+    )
+    .unwrap();
+
+    // A Never pod whose container exits 0 succeeds.
+    let done = node
+        .wait_pod("done", LONG, |p| phase(p) == "Succeeded")
+        .unwrap();
+    assert_eq!(terminated_exit(&done), Some((0, "Completed".into())));
+
+    // OnFailure with exit 3: restarted with back-off, the last termination kept.
+    let fails = node
+        .wait_pod("fails", LONG, |p| container(p).restart_count >= 2)
+        .unwrap();
+    let c = container(&fails);
+    let last = c.last_state.unwrap().terminated.unwrap();
+    assert_eq!(last.exit_code, 3);
+    assert_eq!(last.reason.as_deref(), Some("Error"));
+    assert_eq!(phase(&fails), "Running", "restarting pods stay Running");
+    let fails = node
+        .wait_pod("fails", LONG, |p| {
+            waiting_reason(p).as_deref() == Some("CrashLoopBackOff")
+        })
+        .unwrap();
+    let message = container(&fails)
+        .state
+        .unwrap()
+        .waiting
+        .unwrap()
+        .message
+        .unwrap_or_default();
+    assert!(message.starts_with("back-off "), "{message}");
+    let lines = node.container_log(&fails, "main", 1).unwrap();
+    assert_eq!(lines[0].text, "failing", "each attempt logs to <n>.log");
+
+    // Termination: SIGTERM first; a container that handles it ends within its grace.
+    let polite = node.wait_pod("polite", LONG, is_running).unwrap();
+    poll(Duration::from_secs(10), || {
+        let lines = node.container_log(&polite, "main", 0).ok()?;
+        lines.iter().any(|l| l.text == "ready").then_some(())
+    })
+    .expect("the trap is installed");
+    let started = std::time::Instant::now();
+    node.remove_manifest("polite.yaml").unwrap();
+    node.wait_gone("polite", Duration::from_secs(15)).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "handled SIGTERM, not killed after the 20 s grace: {:?}",
+        started.elapsed()
+    );
+    let lines = node.container_log(&polite, "main", 0).unwrap();
+    assert!(
+        lines.iter().any(|l| l.text == "got TERM"),
+        "the container saw SIGTERM: {lines:?}"
+    );
+}
+
+#[test]
+fn a_restarted_agent_adopts_its_containers_instead_of_duplicating_them() {
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let mut node = cri_node(&containerd, &[]);
+    node.write_manifest(
+        "keep.yaml",
+        &busybox_pod("keep", "Always", 2, "echo up; exec sleep 1000"),
+    )
+    .unwrap();
+    node.write_manifest("crash.yaml", &busybox_pod("crash", "Always", 2, "exit 1"))
+        .unwrap();
+    node.write_manifest(
+        "orphan.yaml",
+        &busybox_pod("orphan", "Always", 2, "exec sleep 1000"),
+    )
+    .unwrap();
+    let keep = node.wait_pod("keep", LONG, is_running).unwrap();
+    node.wait_pod("orphan", LONG, is_running).unwrap();
+    let crash = node
+        .wait_pod("crash", LONG, |p| container(p).restart_count >= 1)
+        .unwrap();
+    let restarts_before = container(&crash).restart_count;
+    let keep_id = container_id(&keep);
+    let orphan = node.pod("orphan").unwrap();
+    let keep_objects = || pod_containers(&containerd, &keep);
+    let keep_before = keep_objects();
+    assert_eq!(
+        keep_before.len(),
+        2,
+        "a sandbox and a container: {keep_before:?}"
+    );
+
+    // The agent dies hard; the orphan's manifest goes away while it is down.
+    node.kill();
+    node.remove_manifest("orphan.yaml").unwrap();
+    node.restart().expect("the node starts again");
+
+    let keep = node
+        .wait_pod("keep", LONG, |p| {
+            is_running(p) && container_id(p) == keep_id
+        })
+        .unwrap();
+    assert_eq!(container(&keep).restart_count, 0, "adopted, not restarted");
+    // The crashing pod's restart count continues from the runtime's annotation.
+    let crash = node
+        .wait_pod("crash", LONG, |p| !container_id(p).is_empty())
+        .unwrap();
+    assert!(
+        container(&crash).restart_count >= restarts_before,
+        "{} restarts before the kill, {} after",
+        restarts_before,
+        container(&crash).restart_count
+    );
+    // The orphan (no manifest any more) is removed once the file source has reported;
+    // `keep` and `crash` keep exactly one sandbox each.
+    let sandboxes = poll(LONG, || {
+        let s = containerd
+            .ctr_k8s([
+                "containers",
+                "ls",
+                "-q",
+                r#"labels."io.cri-containerd.kind"==sandbox"#,
+            ])
+            .ok()?;
+        (s.lines().count() == 2).then_some(s)
+    });
+    assert!(
+        sandboxes.is_some(),
+        "one sandbox per pod after adoption; node log:\n{}",
+        tail(&node.log())
+    );
+    assert!(pod_containers(&containerd, &orphan).is_empty());
+    assert_eq!(
+        keep_objects(),
+        keep_before,
+        "nothing of keep was created again"
+    );
+    let log = node.log();
+    assert!(log.contains("adopted the pod's sandbox"), "{}", tail(&log));
+}
+
+#[test]
+fn a_containerd_outage_leaves_wasm_pods_running_and_container_pods_recover() {
+    let mut containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let node = cri_node(&containerd, &["ticker"]);
+    let ready = || http_get(node.healthz_port, "/readyz?verbose").unwrap();
+    poll(LONG, || (ready().0 == 200).then_some(())).expect("the node becomes ready");
+    node.write_manifest(
+        "box.yaml",
+        &busybox_pod("box", "Always", 2, "exec sleep 1000"),
+    )
+    .unwrap();
+    node.write_manifest("tick.yaml", &manifest("tick", "ticker", "Always", ""))
+        .unwrap();
+    let boxed = node.wait_pod("box", LONG, is_running).unwrap();
+    let tick = node.wait_pod("tick", LONG, is_running).unwrap();
+
+    containerd.stop_daemon().expect("containerd stops");
+    let (code, body) = poll(LONG, || {
+        let r = ready();
+        (r.0 == 500).then_some(r)
+    })
+    .expect("the node reports the runtime not ready");
+    assert_eq!(code, 500);
+    assert!(
+        body.contains("[-]runtime failed: cri: container runtime is down"),
+        "{body}"
+    );
+    assert!(body.contains("wasm: ready"), "{body}");
+    assert_eq!(
+        http_get(node.healthz_port, "/healthz").unwrap().0,
+        200,
+        "the agent itself is healthy"
+    );
+    // A container pod that arrives now waits for the runtime.
+    node.write_manifest(
+        "late.yaml",
+        &busybox_pod("late", "Always", 2, "exec sleep 1000"),
+    )
+    .unwrap();
+    let late = node
+        .wait_pod("late", LONG, |p| {
+            waiting_reason(p).as_deref() == Some("ContainerCreating")
+        })
+        .unwrap();
+    assert!(!is_running(&late));
+    // The Wasm pod keeps running and logging through the outage.
+    let lines_before = node.container_log(&tick, "main", 0).unwrap().len();
+    poll(Duration::from_secs(10), || {
+        (node.container_log(&tick, "main", 0).ok()?.len() > lines_before).then_some(())
+    })
+    .expect("the ticker keeps ticking");
+    let still = node.pod("tick").unwrap();
+    assert!(is_running(&still));
+    assert_eq!(container(&still).restart_count, 0);
+
+    containerd.start_daemon().expect("containerd starts again");
+    poll(LONG, || (ready().0 == 200).then_some(())).expect("the node is ready again");
+    node.wait_pod("late", LONG, is_running).unwrap();
+    let boxed_after = node.pod("box").unwrap();
+    assert!(is_running(&boxed_after));
+    assert_eq!(
+        container_id(&boxed_after),
+        container_id(&boxed),
+        "the container kept running through the outage"
+    );
+    assert_eq!(container(&node.pod("tick").unwrap()).restart_count, 0);
+}
+
+#[test]
+fn a_missing_image_backs_off_with_the_runtimes_message_and_others_run() {
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let node = cri_node(&containerd, &[]);
+    node.write_manifest(
+        "ghost.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: ghost}\nspec:\n  containers:\n  - name: main\n    image: 127.0.0.1:9/wasmlet-test/none:latest\n    command: [sh]\n",
+    )
+    .unwrap();
+    node.write_manifest(
+        "box.yaml",
+        &busybox_pod("box", "Always", 2, "exec sleep 1000"),
+    )
+    .unwrap();
+    let pulled = node
+        .wait_pod("ghost", LONG, |p| {
+            waiting_reason(p).as_deref() == Some("ErrImagePull")
+        })
+        .unwrap();
+    let message = container(&pulled)
+        .state
+        .unwrap()
+        .waiting
+        .unwrap()
+        .message
+        .unwrap_or_default();
+    assert!(
+        message.contains("127.0.0.1:9/wasmlet-test/none:latest"),
+        "the runtime's message names the image: {message}"
+    );
+    let backing_off = node
+        .wait_pod("ghost", LONG, |p| {
+            waiting_reason(p).as_deref() == Some("ImagePullBackOff")
+        })
+        .unwrap();
+    let message = container(&backing_off)
+        .state
+        .unwrap()
+        .waiting
+        .unwrap()
+        .message
+        .unwrap_or_default();
+    assert!(
+        message.starts_with("Back-off pulling image \"127.0.0.1:9/wasmlet-test/none:latest\""),
+        "{message}"
+    );
+    assert_eq!(phase(&backing_off), "Pending");
+    node.wait_pod("box", LONG, is_running).unwrap();
+}
+
+fn tail(log: &str) -> String {
+    wasmlet_testkit::node::tail(log, 30)
 }

@@ -118,7 +118,12 @@ fn lazy_channel(path: PathBuf, connect_timeout: Duration) -> Channel {
         .connect_timeout(connect_timeout)
         .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
             let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+            async move {
+                let stream = UnixStream::connect(&path).await.map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("connecting to {}: {e}", path.display()))
+                })?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
         }))
 }
 

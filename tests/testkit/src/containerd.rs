@@ -444,6 +444,24 @@ impl Containerd {
         Ok(())
     }
 
+    /// Stops the daemon (SIGTERM) the way a service restart does: shims and the
+    /// containers they run keep running; the socket stops answering.
+    pub fn stop_daemon(&mut self) -> Result<()> {
+        match self.child.take() {
+            Some(child) => cleanup::stop_child(child),
+            None => bail!("containerd {} is not running", self.layout.prefix),
+        }
+    }
+
+    /// Starts the daemon again on the same root, state and socket, and waits until
+    /// it answers.
+    pub fn start_daemon(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            bail!("containerd {} is already running", self.layout.prefix);
+        }
+        self.spawn()
+    }
+
     /// The run's paths and network.
     pub fn layout(&self) -> &Layout {
         &self.layout

@@ -47,6 +47,8 @@ pub struct TestNode {
     pub healthz_port: u16,
     pub node_name: String,
     stderr_path: PathBuf,
+    binary: PathBuf,
+    args: Vec<std::ffi::OsString>,
     child: Option<Child>,
 }
 
@@ -129,22 +131,17 @@ impl TestNode {
             ),
         )?;
         let stderr_path = dir.path().join("wasmlet.log");
-        let child = Command::new(binary)
-            .arg("--config")
-            .arg(&config)
-            .arg("--root-dir")
-            .arg(&root)
-            .arg("--pod-manifest-path")
-            .arg(&manifests)
-            .arg("--hostname-override")
-            .arg(&opts.node_name)
-            .args(&opts.extra_args)
-            .env("RUST_LOG", "info,wasmlet_node=debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr_path)?)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "--config".into(),
+            config.into(),
+            "--root-dir".into(),
+            root.clone().into(),
+            "--pod-manifest-path".into(),
+            manifests.clone().into(),
+            "--hostname-override".into(),
+            opts.node_name.clone().into(),
+        ];
+        args.extend(opts.extra_args.iter().map(Into::into));
         let mut node = TestNode {
             dir,
             manifests,
@@ -154,18 +151,59 @@ impl TestNode {
             healthz_port,
             node_name: opts.node_name,
             stderr_path,
-            child: Some(child),
+            binary: binary.to_owned(),
+            args,
+            child: None,
         };
+        node.spawn()?;
+        Ok(node)
+    }
+
+    /// Starts the process (appending to its log) and waits until it serves `/healthz`.
+    fn spawn(&mut self) -> Result<()> {
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.stderr_path)?;
+        let child = Command::new(&self.binary)
+            .args(&self.args)
+            .env("RUST_LOG", "info,wasmlet_node=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .with_context(|| format!("starting {}", self.binary.display()))?;
+        self.child = Some(child);
+        let port = self.healthz_port;
         let healthy = poll(Duration::from_secs(30), || {
-            if !node.is_running() {
+            if !self.is_running() {
                 return Some(false);
             }
-            matches!(http_get(healthz_port, "/healthz"), Ok((200, _))).then_some(true)
+            matches!(http_get(port, "/healthz"), Ok((200, _))).then_some(true)
         });
         if healthy != Some(true) {
-            bail!("the node did not become healthy; its log:\n{}", node.log());
+            bail!("the node did not become healthy; its log:\n{}", self.log());
         }
-        Ok(node)
+        Ok(())
+    }
+
+    /// Kills the node with SIGKILL, as a crash or an OOM kill would, and waits for it.
+    /// Its Wasm sandboxes exit when their pipe to it closes; container runtimes keep
+    /// their containers.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the node again with the same flags, root and directories (after
+    /// [`TestNode::kill`] or [`TestNode::stop`]).
+    pub fn restart(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            bail!("the node is still running");
+        }
+        self.spawn()
     }
 
     /// The node's process id.

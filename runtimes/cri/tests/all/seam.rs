@@ -123,6 +123,10 @@ async fn unavailable_names_the_missing_socket() {
         message.contains("No such file or directory"),
         "the cause is kept: {message}"
     );
+    assert!(
+        message.contains(&path.display().to_string()),
+        "the socket is named: {message}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

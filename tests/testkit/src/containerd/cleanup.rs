@@ -321,7 +321,7 @@ fn remove_k8s_objects(socket: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn stop_child(mut child: Child) -> anyhow::Result<()> {
+pub(super) fn stop_child(mut child: Child) -> anyhow::Result<()> {
     if child.try_wait()?.is_some() {
         return Ok(());
     }
