@@ -38,11 +38,15 @@ enum Task {
 
 #[derive(Debug, Subcommand)]
 enum Bench {
-    /// Manifest appears -> pod Running, for many Wasm pods on a standalone node.
+    /// Manifest appears -> pod Running, for many pods on a standalone node.
     PodStart {
-        /// How many pods to start at once.
-        #[arg(long, default_value_t = 100)]
-        pods: usize,
+        /// `wasm`: Wasm pods. `cri`: container pods through a private
+        /// containerd, against `ctr run` of the same image on it.
+        #[arg(long, value_enum, default_value_t = bench::Runtime::Wasm)]
+        runtime: bench::Runtime,
+        /// How many pods to start at once [default: 100 for wasm, 30 for cri].
+        #[arg(long)]
+        pods: Option<usize>,
         /// Build and run the debug binary instead of the release one.
         #[arg(long)]
         debug: bool,
@@ -53,8 +57,17 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().task {
         Task::Images { out_dir } => images_task(out_dir),
         Task::Bench {
-            bench: Bench::PodStart { pods, debug },
-        } => bench::pod_start(pods, debug),
+            bench:
+                Bench::PodStart {
+                    runtime,
+                    pods,
+                    debug,
+                },
+        } => bench::pod_start(
+            runtime,
+            pods.unwrap_or_else(|| runtime.default_pods()),
+            debug,
+        ),
     }
 }
 
