@@ -163,6 +163,11 @@ impl NodeConfig {
     pub fn compile_cache_dir(&self) -> PathBuf {
         self.root_dir.join("wasm-cache")
     }
+
+    /// Where Wasm sandboxes keep their sockets and the node's records of them.
+    pub fn wasm_state_dir(&self) -> PathBuf {
+        self.root_dir.join("wasm-sandboxes")
+    }
 }
 
 /// The kubelet's defaults, with the paths wasmlet uses.

@@ -64,6 +64,7 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     let wasm = WasmRuntime::new(WasmRuntimeConfig {
         image_dir: config.image_store_dir(),
         compile_cache_dir: config.compile_cache_dir(),
+        state_dir: config.wasm_state_dir(),
         sandbox: SandboxCommand {
             program: config.sandbox_program.clone(),
             args: config.sandbox_args.clone(),
@@ -71,6 +72,12 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     })
     .context("starting the Wasm runtime")?;
     import_drop_dir(wasm.images(), &config.image_drop_dir());
+    // Sandboxes left running by an earlier run of the node (it crashed or was killed)
+    // are adopted with their containers; the pod workers find them by their labels.
+    let adopted = wasm.restore().await;
+    if adopted > 0 {
+        tracing::info!(sandboxes = adopted, "adopted running Wasm sandboxes");
+    }
 
     let wasm_dyn: Arc<dyn Runtime> = Arc::new(wasm.clone());
     let mut handlers = BTreeMap::from([(wasmlet_runtime_wasm::HANDLER.to_owned(), wasm_dyn)]);
@@ -199,7 +206,8 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
 
     tracing::info!("shutting down: stopping Wasm sandboxes");
     let sandboxes = wasm.list_pod_sandboxes().await.unwrap_or_default();
-    let stops = sandboxes.iter().map(|sb| wasm.stop_pod_sandbox(&sb.id));
+    // A deliberate stop ends the node's Wasm pods (a crash leaves them to be adopted).
+    let stops = sandboxes.iter().map(|sb| wasm.remove_pod_sandbox(&sb.id));
     if tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(stops))
         .await
         .is_err()

@@ -211,7 +211,9 @@ fn container_exit_codes_restarts_and_termination_behave_like_the_kubelets() {
 fn a_restarted_agent_adopts_its_containers_instead_of_duplicating_them() {
     let containerd = Containerd::start().expect("containerd starts");
     containerd.import_test_images().expect("test images import");
-    let mut node = cri_node(&containerd, &[]);
+    let mut node = cri_node(&containerd, &["ticker"]);
+    node.write_manifest("tick.yaml", &manifest("tick", "ticker", "Always", ""))
+        .unwrap();
     node.write_manifest(
         "keep.yaml",
         &busybox_pod("keep", "Always", 2, "echo up; exec sleep 1000"),
@@ -231,6 +233,10 @@ fn a_restarted_agent_adopts_its_containers_instead_of_duplicating_them() {
         .unwrap();
     let restarts_before = container(&crash).restart_count;
     let keep_id = container_id(&keep);
+    let tick = node.wait_pod("tick", LONG, is_running).unwrap();
+    let tick_id = container_id(&tick);
+    let sandboxes_before = node.sandbox_pids();
+    assert_eq!(sandboxes_before.len(), 1, "one Wasm sandbox process");
     let orphan = node.pod("orphan").unwrap();
     let keep_objects = || pod_containers(&containerd, &keep);
     let keep_before = keep_objects();
@@ -251,6 +257,23 @@ fn a_restarted_agent_adopts_its_containers_instead_of_duplicating_them() {
         })
         .unwrap();
     assert_eq!(container(&keep).restart_count, 0, "adopted, not restarted");
+    // The Wasm pod's sandbox process outlived the agent and was adopted too.
+    let tick_after = node
+        .wait_pod("tick", LONG, |p| {
+            is_running(p) && container_id(p) == tick_id
+        })
+        .unwrap();
+    assert_eq!(container(&tick_after).restart_count, 0);
+    assert_eq!(
+        node.sandbox_pids(),
+        sandboxes_before,
+        "the same sandbox process"
+    );
+    let ticks = node.container_log(&tick_after, "main", 0).unwrap().len();
+    poll(Duration::from_secs(10), || {
+        (node.container_log(&tick_after, "main", 0).ok()?.len() > ticks).then_some(())
+    })
+    .expect("the adopted ticker keeps logging");
     // The crashing pod's restart count continues from the runtime's annotation.
     let crash = node
         .wait_pod("crash", LONG, |p| !container_id(p).is_empty())

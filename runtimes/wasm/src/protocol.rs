@@ -1,10 +1,14 @@
 //! The line protocol between the node and a pod's sandbox process.
 //!
-//! The node writes one JSON [`Request`] per line to the sandbox's stdin; the sandbox
-//! writes one JSON [`Message`] per line to its stdout: a [`Message::Reply`] to each
-//! request, in any order, and [`Message::Event`]s as containers start and exit. When
-//! the sandbox's stdin closes, it stops every container and exits, so a sandbox never
-//! outlives the node that made it.
+//! The sandbox listens on a unix socket of its own; the node connects and writes one
+//! JSON [`Request`] per line; the sandbox writes one JSON [`Message`] per line: a
+//! [`Message::Reply`] to each request, in any order, and [`Message::Started`] /
+//! [`Message::Exited`] as containers start and exit.
+//!
+//! A sandbox outlives the connection, as a containerd shim outlives containerd: when
+//! the node dies, its pods keep running, and the node's next run connects again,
+//! asks for the containers' states ([`Op::List`]) and adopts them. A new connection
+//! replaces the previous one. Only [`Op::Shutdown`] ends a sandbox.
 
 use std::path::PathBuf;
 
@@ -39,6 +43,10 @@ pub enum Op {
     },
     /// Forget a container that is not running.
     Remove { container_id: String },
+    /// Report every container's state (the reply's `containers`).
+    List,
+    /// Stop every container, reply, and exit.
+    Shutdown,
 }
 
 /// Everything the sandbox needs to run one container.
@@ -77,6 +85,9 @@ pub enum Message {
         id: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// The answer to [`Op::List`].
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        containers: Vec<ContainerReport>,
     },
     /// A container started running guest code.
     Started { container_id: String, at: Timestamp },
@@ -86,6 +97,28 @@ pub enum Message {
         at: Timestamp,
         exit: Exit,
     },
+}
+
+/// Where a container is, as the sandbox knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportState {
+    Created,
+    Running,
+    Exited,
+}
+
+/// One container in the answer to [`Op::List`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerReport {
+    pub container_id: String,
+    pub state: ReportState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<Exit>,
 }
 
 /// How a container ended, in the terms of a container status.

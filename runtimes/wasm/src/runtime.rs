@@ -1,5 +1,12 @@
 //! The node side of the Wasm runtime: [`WasmRuntime`] implements [`Runtime`] by
-//! starting one sandbox process per pod and speaking [`crate::protocol`] to it.
+//! starting one sandbox process per pod and speaking [`crate::protocol`] to it over
+//! the sandbox's unix socket.
+//!
+//! Each sandbox has a directory under the state dir: `sandbox.json` (its config, id,
+//! creation time and pid), `containers/<id>.json` (each container as created),
+//! `sandbox.sock` and `sandbox.log` (the process's stderr). A node that restarts after
+//! a crash finds them there ([`WasmRuntime::restore`]), connects again and asks each
+//! sandbox for its containers' states, so that its pods are adopted, not rerun.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -10,9 +17,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{ChildStdin, Command};
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::process::Command;
 use tokio::sync::{broadcast, oneshot, watch};
 use wasmlet_runtime::{
     Container, ContainerConfig, ContainerEventKind, ContainerState, ContainerStatus, Error, Image,
@@ -21,7 +31,10 @@ use wasmlet_runtime::{
 };
 
 use crate::image::{ImageError, ImageStore, StoredImage};
-use crate::protocol::{ContainerSpec, Exit, KILLED_EXIT_CODE, Message, Op, Preopen, Request};
+use crate::protocol::{
+    ContainerReport, ContainerSpec, Exit, KILLED_EXIT_CODE, Message, Op, Preopen, ReportState,
+    Request,
+};
 
 /// The RuntimeClass handler name that selects this runtime.
 pub const HANDLER: &str = "wasmtime";
@@ -43,6 +56,8 @@ pub struct WasmRuntimeConfig {
     pub image_dir: PathBuf,
     /// Where precompiled modules are cached.
     pub compile_cache_dir: PathBuf,
+    /// Where each sandbox keeps its socket, log and the node's record of it.
+    pub state_dir: PathBuf,
     pub sandbox: SandboxCommand,
 }
 
@@ -60,17 +75,33 @@ struct Inner {
     events: broadcast::Sender<RuntimeEvent>,
 }
 
+/// A reply: the containers' states for `List`, or the sandbox's error.
+type Reply = std::result::Result<Vec<ContainerReport>, String>;
+
 struct SandboxHandle {
     id: String,
     config: PodSandboxConfig,
     created_at: Timestamp,
-    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
-    pending: Mutex<HashMap<u64, oneshot::Sender<Result<(), String>>>>,
+    dir: PathBuf,
+    conn: tokio::sync::Mutex<Option<OwnedWriteHalf>>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Reply>>>,
     next_request: AtomicU64,
     /// `true` once the sandbox process has exited.
     exited: watch::Receiver<bool>,
     pid: Option<u32>,
 }
+
+/// What the node writes to `sandbox.json`.
+#[derive(Debug, Serialize, Deserialize)]
+struct SandboxFile {
+    id: String,
+    config: PodSandboxConfig,
+    created_at: Timestamp,
+    pid: Option<u32>,
+}
+
+/// The longest path a unix socket may have (`sun_path` less its NUL).
+const MAX_SOCKET_PATH: usize = 107;
 
 impl WasmRuntime {
     /// Opens the image store and returns a runtime with no sandboxes.
@@ -79,6 +110,8 @@ impl WasmRuntime {
             ImageStore::open(&config.image_dir).map_err(|e| Error::Internal(e.to_string()))?;
         std::fs::create_dir_all(&config.compile_cache_dir)
             .map_err(|e| Error::Internal(format!("{}: {e}", config.compile_cache_dir.display())))?;
+        std::fs::create_dir_all(&config.state_dir)
+            .map_err(|e| Error::Internal(format!("{}: {e}", config.state_dir.display())))?;
         let (events, _) = broadcast::channel(1024);
         Ok(WasmRuntime {
             inner: Arc::new(Inner {
@@ -138,9 +171,13 @@ impl WasmRuntime {
     /// Applies a message from a sandbox to the node's view.
     fn on_message(&self, sandbox: &SandboxHandle, msg: Message) {
         match msg {
-            Message::Reply { id, error } => {
+            Message::Reply {
+                id,
+                error,
+                containers,
+            } => {
                 if let Some(tx) = sandbox.pending.lock().unwrap().remove(&id) {
-                    let _ = tx.send(error.map_or(Ok(()), Err));
+                    let _ = tx.send(error.map_or(Ok(containers), Err));
                 }
             }
             Message::Started { container_id, at } => {
@@ -210,28 +247,33 @@ impl WasmRuntime {
         }
     }
 
-    async fn call(&self, sandbox: &SandboxHandle, op: Op, timeout: Duration) -> Result<()> {
+    async fn call(
+        &self,
+        sandbox: &SandboxHandle,
+        op: Op,
+        timeout: Duration,
+    ) -> Result<Vec<ContainerReport>> {
         let id = sandbox.next_request.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         sandbox.pending.lock().unwrap().insert(id, tx);
         let mut line = serde_json::to_vec(&Request { id, op }).expect("requests serialize");
         line.push(b'\n');
         {
-            let mut stdin = sandbox.stdin.lock().await;
-            let Some(pipe) = stdin.as_mut() else {
+            let mut conn = sandbox.conn.lock().await;
+            let Some(w) = conn.as_mut() else {
                 sandbox.pending.lock().unwrap().remove(&id);
                 return Err(Error::FailedPrecondition(format!(
                     "sandbox {} is stopped",
                     sandbox.id
                 )));
             };
-            if let Err(e) = pipe.write_all(&line).await {
+            if let Err(e) = w.write_all(&line).await {
                 sandbox.pending.lock().unwrap().remove(&id);
                 return Err(Error::Unavailable(format!("sandbox {}: {e}", sandbox.id)));
             }
         }
         match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Ok(reports))) => Ok(reports),
             Ok(Ok(Err(message))) => Err(Error::Internal(message)),
             Ok(Err(_)) => Err(Error::Unavailable(format!(
                 "sandbox {} went away",
@@ -244,6 +286,183 @@ impl WasmRuntime {
                     after: timeout,
                 })
             }
+        }
+    }
+
+    /// The directory of a sandbox. Named by a prefix of the id, which is plenty to be
+    /// unique and keeps the socket's path within the kernel's limit.
+    fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.inner.config.state_dir.join(&id[..16.min(id.len())])
+    }
+
+    /// Takes the connection to a sandbox: its messages update the node's view until it
+    /// closes, which means the sandbox process has ended (`child`, if the node started
+    /// it, is reaped then).
+    fn attach(
+        &self,
+        handle: Arc<SandboxHandle>,
+        read: OwnedReadHalf,
+        child: Option<tokio::process::Child>,
+        exited_tx: watch::Sender<bool>,
+    ) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(read).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                match serde_json::from_str::<Message>(&line) {
+                    Ok(msg) => this.on_message(&handle, msg),
+                    Err(e) => {
+                        tracing::warn!(sandbox = %handle.id, "unreadable sandbox message {line:?}: {e}")
+                    }
+                }
+            }
+            handle.conn.lock().await.take();
+            let how = match child {
+                Some(mut child) => match child.wait().await {
+                    Ok(status) => status.to_string(),
+                    Err(e) => format!("wait failed: {e}"),
+                },
+                None => "its connection closed".to_owned(),
+            };
+            tracing::debug!(sandbox = %handle.id, pod = %handle.config.metadata.uid, "sandbox process ended: {how}");
+            this.on_sandbox_exit(&handle, how);
+            let _ = exited_tx.send(true);
+        });
+    }
+
+    /// Finds the sandboxes an earlier run of the node left (see the module docs) and
+    /// adopts those still running: their containers are listed again with the states
+    /// the sandboxes report. A sandbox whose process is gone is listed as not ready,
+    /// with its containers exited, for the node to clean up. Returns how many sandboxes
+    /// are running.
+    pub async fn restore(&self) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.inner.config.state_dir) else {
+            return 0;
+        };
+        let mut running = 0;
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            match self.restore_one(&dir).await {
+                Ok(true) => running += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), "cannot restore a Wasm sandbox: {e}; removing its record");
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
+            }
+        }
+        running
+    }
+
+    async fn restore_one(&self, dir: &std::path::Path) -> std::result::Result<bool, String> {
+        let file = dir.join("sandbox.json");
+        let record: SandboxFile = serde_json::from_slice(
+            &std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?,
+        )
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+        let mut containers: Vec<ContainerStatus> = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(dir.join("containers")) {
+            for e in entries.flatten() {
+                let parsed = std::fs::read(e.path())
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<ContainerStatus>(&b).ok());
+                match parsed {
+                    Some(c) => containers.push(c),
+                    None => {
+                        tracing::warn!(file = %e.path().display(), "unreadable container record; ignored")
+                    }
+                }
+            }
+        }
+        let stream = UnixStream::connect(dir.join("sandbox.sock")).await.ok();
+        let (exited_tx, exited_rx) = watch::channel(stream.is_none());
+        let (read, write) = match stream {
+            Some(s) => {
+                let (r, w) = s.into_split();
+                (Some(r), Some(w))
+            }
+            None => (None, None),
+        };
+        let handle = Arc::new(SandboxHandle {
+            id: record.id.clone(),
+            config: record.config,
+            created_at: record.created_at,
+            dir: dir.to_owned(),
+            conn: tokio::sync::Mutex::new(write),
+            pending: Mutex::default(),
+            next_request: AtomicU64::new(1),
+            exited: exited_rx,
+            pid: record.pid,
+        });
+        {
+            let mut map = self.inner.containers.lock().unwrap();
+            for c in containers {
+                map.insert(c.id.clone(), c);
+            }
+        }
+        self.inner
+            .sandboxes
+            .lock()
+            .unwrap()
+            .insert(record.id.clone(), handle.clone());
+        let Some(read) = read else {
+            self.on_sandbox_exit(&handle, "it was gone when the node started".into());
+            tracing::info!(sandbox = %record.id, "found a Wasm sandbox whose process is gone");
+            return Ok(false);
+        };
+        self.attach(handle.clone(), read, None, exited_tx);
+        let reports = self
+            .call(&handle, Op::List, REQUEST_TIMEOUT)
+            .await
+            .map_err(|e| format!("listing the containers of sandbox {}: {e}", record.id))?;
+        let now = Timestamp::now();
+        let mut map = self.inner.containers.lock().unwrap();
+        let mut known = std::collections::HashSet::new();
+        for r in reports {
+            known.insert(r.container_id.clone());
+            let Some(c) = map.get_mut(&r.container_id) else {
+                continue;
+            };
+            c.started_at = r.started_at;
+            c.finished_at = r.finished_at;
+            c.state = match r.state {
+                ReportState::Created => ContainerState::Created,
+                ReportState::Running => ContainerState::Running,
+                ReportState::Exited => ContainerState::Exited,
+            };
+            if let Some(exit) = r.exit {
+                c.exit_code = exit.code;
+                c.reason = exit.reason;
+                c.message = exit.message;
+            }
+        }
+        // Recorded by the node but unknown to the sandbox: lost before it was created.
+        for c in map.values_mut() {
+            if c.sandbox_id == record.id
+                && !known.contains(&c.id)
+                && c.state != ContainerState::Exited
+            {
+                c.state = ContainerState::Exited;
+                c.exit_code = KILLED_EXIT_CODE;
+                c.reason = "ContainerStatusUnknown".into();
+                c.message = "the sandbox does not know this container".into();
+                c.finished_at = Some(now);
+            }
+        }
+        tracing::info!(sandbox = %record.id, pod = %handle.config.metadata.uid, "adopted a running Wasm sandbox");
+        Ok(true)
+    }
+
+    fn write_container_record(&self, sandbox: &SandboxHandle, status: &ContainerStatus) {
+        let dir = sandbox.dir.join("containers");
+        let written = std::fs::create_dir_all(&dir).and_then(|()| {
+            write_atomically(
+                &dir.join(format!("{}.json", status.id)),
+                &serde_json::to_vec(status).expect("statuses serialize"),
+            )
+        });
+        if let Err(e) = written {
+            tracing::warn!(container = %status.id, "cannot record the container in {}: {e}", dir.display());
         }
     }
 
@@ -313,6 +532,13 @@ impl WasmRuntime {
     }
 }
 
+/// Writes `bytes` to a temporary file beside `path` and renames it over `path`.
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
 fn new_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut h = Sha256::new();
@@ -331,6 +557,7 @@ fn image_error(image: &str, e: ImageError) -> Error {
 }
 
 const CREATE_TIMEOUT: Duration = Duration::from_secs(300);
+const SANDBOX_START_TIMEOUT: Duration = Duration::from_secs(30);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[async_trait]
@@ -357,6 +584,20 @@ impl Runtime for WasmRuntime {
 
     async fn run_pod_sandbox(&self, config: &PodSandboxConfig) -> Result<String> {
         let id = new_id();
+        let dir = self.sandbox_dir(&id);
+        let socket = dir.join("sandbox.sock");
+        if socket.as_os_str().len() > MAX_SOCKET_PATH {
+            return Err(Error::InvalidArgument(format!(
+                "the sandbox socket {} is longer than {MAX_SOCKET_PATH} bytes: use a shorter root directory",
+                socket.display()
+            )));
+        }
+        let internal = |what: &str, e: std::io::Error| {
+            Error::Internal(format!("{what} {}: {e}", dir.display()))
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| internal("creating", e))?;
+        let log = std::fs::File::create(dir.join("sandbox.log"))
+            .map_err(|e| internal("creating the sandbox log in", e))?;
         let cmd = &self.inner.config.sandbox;
         let mut child = Command::new(&cmd.program)
             .args(&cmd.args)
@@ -364,28 +605,74 @@ impl Runtime for WasmRuntime {
             .arg(&self.inner.config.compile_cache_dir)
             .arg("--pod-uid")
             .arg(&config.metadata.uid)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .arg("--socket")
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
             // Its own process group: a terminal's Ctrl-C stops the node, and the node
             // stops its pods; pods never see the signal directly.
             .process_group(0)
+            // Tests that drop a runtime take its sandboxes with it; a node that dies
+            // runs no destructors, and its sandboxes live on to be adopted.
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| {
+                let _ = std::fs::remove_dir_all(&dir);
                 Error::Internal(format!(
                     "cannot start sandbox process {}: {e}",
                     cmd.program.display()
                 ))
             })?;
-        let stdin = child.stdin.take().expect("piped");
-        let stdout = child.stdout.take().expect("piped");
+        let created_at = Timestamp::now();
+        let record = SandboxFile {
+            id: id.clone(),
+            config: config.clone(),
+            created_at,
+            pid: child.id(),
+        };
+        write_atomically(
+            &dir.join("sandbox.json"),
+            &serde_json::to_vec_pretty(&record).expect("records serialize"),
+        )
+        .map_err(|e| internal("recording the sandbox in", e))?;
+
+        // The sandbox binds its socket first thing; wait for it, or for its death.
+        let deadline = tokio::time::Instant::now() + SANDBOX_START_TIMEOUT;
+        let stream = loop {
+            match UnixStream::connect(&socket).await {
+                Ok(s) => break s,
+                Err(e) => {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        let log =
+                            std::fs::read_to_string(dir.join("sandbox.log")).unwrap_or_default();
+                        let _ = std::fs::remove_dir_all(&dir);
+                        return Err(Error::Internal(format!(
+                            "sandbox process exited ({status}) before listening: {}",
+                            log.trim()
+                        )));
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        let _ = child.start_kill();
+                        let _ = std::fs::remove_dir_all(&dir);
+                        return Err(Error::Timeout {
+                            operation: "starting a sandbox",
+                            after: SANDBOX_START_TIMEOUT,
+                        });
+                    }
+                    tracing::trace!(socket = %socket.display(), "sandbox not listening yet: {e}");
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+        };
+        let (read, write) = stream.into_split();
         let (exited_tx, exited_rx) = watch::channel(false);
         let handle = Arc::new(SandboxHandle {
             id: id.clone(),
             config: config.clone(),
-            created_at: Timestamp::now(),
-            stdin: tokio::sync::Mutex::new(Some(stdin)),
+            created_at,
+            dir,
+            conn: tokio::sync::Mutex::new(Some(write)),
             pending: Mutex::default(),
             next_request: AtomicU64::new(1),
             exited: exited_rx,
@@ -396,26 +683,7 @@ impl Runtime for WasmRuntime {
             .lock()
             .unwrap()
             .insert(id.clone(), handle.clone());
-
-        let this = self.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                match serde_json::from_str::<Message>(&line) {
-                    Ok(msg) => this.on_message(&handle, msg),
-                    Err(e) => {
-                        tracing::warn!(sandbox = %handle.id, "unreadable sandbox message {line:?}: {e}")
-                    }
-                }
-            }
-            let how = match child.wait().await {
-                Ok(status) => status.to_string(),
-                Err(e) => format!("wait failed: {e}"),
-            };
-            tracing::debug!(sandbox = %handle.id, pod = %handle.config.metadata.uid, "sandbox process ended: {how}");
-            this.on_sandbox_exit(&handle, how);
-            let _ = exited_tx.send(true);
-        });
+        self.attach(handle, read, Some(child), exited_tx);
         Ok(id)
     }
 
@@ -425,9 +693,14 @@ impl Runtime for WasmRuntime {
             Err(e) if e.is_not_found() => return Ok(()),
             Err(e) => return Err(e),
         };
-        // Closing the sandbox's stdin stops every container in it and ends the process.
-        sandbox.stdin.lock().await.take();
         let mut exited = sandbox.exited.clone();
+        if *exited.borrow() {
+            return Ok(());
+        }
+        // The sandbox stops every container, answers, and exits.
+        if let Err(e) = self.call(&sandbox, Op::Shutdown, REQUEST_TIMEOUT).await {
+            tracing::warn!(sandbox = %sandbox.id, "sandbox shutdown: {e}");
+        }
         if tokio::time::timeout(REQUEST_TIMEOUT, exited.wait_for(|e| *e))
             .await
             .is_err()
@@ -457,7 +730,9 @@ impl Runtime for WasmRuntime {
         for c in &removed {
             self.emit(c, ContainerEventKind::Deleted, Timestamp::now());
         }
-        self.inner.sandboxes.lock().unwrap().remove(sandbox_id);
+        if let Some(s) = self.inner.sandboxes.lock().unwrap().remove(sandbox_id) {
+            let _ = std::fs::remove_dir_all(&s.dir);
+        }
         Ok(())
     }
 
@@ -543,6 +818,7 @@ impl Runtime for WasmRuntime {
             self.inner.containers.lock().unwrap().remove(&id);
             return Err(e);
         }
+        self.write_container_record(&sandbox, &status);
         self.emit(&status, ContainerEventKind::Created, status.created_at);
         Ok(id)
     }
@@ -558,6 +834,7 @@ impl Runtime for WasmRuntime {
             REQUEST_TIMEOUT,
         )
         .await
+        .map(drop)
     }
 
     async fn stop_container(&self, container_id: &str, timeout: Duration) -> Result<()> {
@@ -578,6 +855,7 @@ impl Runtime for WasmRuntime {
             timeout + REQUEST_TIMEOUT,
         )
         .await
+        .map(drop)
     }
 
     async fn remove_container(&self, container_id: &str) -> Result<()> {
@@ -604,6 +882,14 @@ impl Runtime for WasmRuntime {
             .await?;
         }
         self.inner.containers.lock().unwrap().remove(container_id);
+        if let Ok(sandbox) = self.sandbox(&c.sandbox_id) {
+            let _ = std::fs::remove_file(
+                sandbox
+                    .dir
+                    .join("containers")
+                    .join(format!("{container_id}.json")),
+            );
+        }
         self.emit(&c, ContainerEventKind::Deleted, Timestamp::now());
         Ok(())
     }

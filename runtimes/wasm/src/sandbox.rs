@@ -1,11 +1,13 @@
 //! The sandbox process: one per Wasm pod, running each container as a wasmtime store.
 //!
-//! The node starts it as `<program> [args] --cache-dir DIR --pod-uid UID` and speaks the
-//! [`crate::protocol`] over its stdin and stdout. Guests run as async tasks; the engine's
-//! epoch advances every [`EPOCH_TICK`], and at each tick a guest yields, so a stop
-//! cancels even a guest that never makes a host call. A guest that traps ends its own
-//! container; one that brings the process down (the kernel's OOM killer, a crash in the
-//! host) ends this pod's sandbox only — the node sees the pipe close and reports it.
+//! The node starts it as `<program> [args] --cache-dir DIR --pod-uid UID --socket PATH`
+//! and speaks the [`crate::protocol`] over that socket. The sandbox outlives the node's
+//! connection (the node may crash and come back to adopt it) and ends on
+//! [`Op::Shutdown`]. Guests run as async tasks; the engine's epoch advances every
+//! [`EPOCH_TICK`], and at each tick a guest yields, so a stop cancels even a guest that
+//! never makes a host call. A guest that traps ends its own container; one that brings
+//! the process down (the kernel's OOM killer, a crash in the host) ends this pod's
+//! sandbox only — the node sees the connection close and reports it.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -15,6 +17,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use wasmtime::component::ResourceTable;
@@ -27,7 +30,8 @@ use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, Wasi
 use crate::crilog::{CriLog, Stream};
 use crate::engine::{self, Compiled};
 use crate::protocol::{
-    ContainerSpec, Exit, KILLED_EXIT_CODE, Message, Op, Request, TRAP_EXIT_CODE,
+    ContainerReport, ContainerSpec, Exit, KILLED_EXIT_CODE, Message, Op, ReportState, Request,
+    TRAP_EXIT_CODE,
 };
 use crate::stdio::CriOutput;
 
@@ -37,12 +41,14 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// Entry point of the sandbox process. `args` excludes the program name.
 pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
     let mut cache_dir = None;
+    let mut socket = None;
     let mut pod_uid = String::new();
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--cache-dir" => cache_dir = args.next().map(PathBuf::from),
             "--pod-uid" => pod_uid = args.next().unwrap_or_default(),
+            "--socket" => socket = args.next().map(PathBuf::from),
             other => {
                 eprintln!("wasmlet sandbox: unknown argument {other:?}");
                 return ExitCode::from(2);
@@ -51,6 +57,10 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
     }
     let Some(cache_dir) = cache_dir else {
         eprintln!("wasmlet sandbox: --cache-dir is required");
+        return ExitCode::from(2);
+    };
+    let Some(socket) = socket else {
+        eprintln!("wasmlet sandbox: --socket is required");
         return ExitCode::from(2);
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -64,7 +74,7 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(serve(cache_dir)) {
+    match rt.block_on(serve(cache_dir, socket)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("wasmlet sandbox for pod {pod_uid}: {e:#}");
@@ -79,6 +89,8 @@ struct Sandbox {
     linkers: Linkers,
     containers: Mutex<HashMap<String, Slot>>,
     out: mpsc::UnboundedSender<Message>,
+    /// Fired by [`Op::Shutdown`] once every container has stopped.
+    shutdown: CancellationToken,
 }
 
 struct Linkers {
@@ -91,8 +103,13 @@ enum Slot {
     Running {
         cancel: CancellationToken,
         exited: watch::Receiver<bool>,
+        started_at: Timestamp,
     },
-    Exited,
+    Exited {
+        started_at: Timestamp,
+        finished_at: Timestamp,
+        exit: Exit,
+    },
 }
 
 struct Prepared {
@@ -105,7 +122,7 @@ enum Program {
     Component(CommandPre<P2State>),
 }
 
-async fn serve(cache_dir: PathBuf) -> wasmtime::Result<()> {
+async fn serve(cache_dir: PathBuf, socket: PathBuf) -> wasmtime::Result<()> {
     let engine = engine::new_engine()?;
     let mut module = wasmtime::Linker::new(&engine);
     wasmtime_wasi::p1::add_to_linker_async(&mut module, |s: &mut P1State| &mut s.wasi)?;
@@ -124,14 +141,35 @@ async fn serve(cache_dir: PathBuf) -> wasmtime::Result<()> {
         })
         .context("starting the epoch thread")?;
 
+    // The node's side of the socket is the only one to answer; messages sent while no
+    // node is connected are dropped (its next run asks for the states with `List`).
+    let _ = std::fs::remove_file(&socket);
+    let listener = tokio::net::UnixListener::bind(&socket)
+        .with_context(|| format!("listening on {}", socket.display()))?;
+    let connection: Arc<tokio::sync::Mutex<Option<OwnedWriteHalf>>> = Arc::default();
     let (out, mut out_rx) = mpsc::unbounded_channel::<Message>();
-    let writer = tokio::spawn(async move {
-        let mut stdout = tokio::io::stdout();
-        while let Some(msg) = out_rx.recv().await {
-            let mut line = serde_json::to_vec(&msg).expect("messages serialize");
-            line.push(b'\n');
-            if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
-                break;
+    let shutdown = CancellationToken::new();
+    let writer = tokio::spawn({
+        let connection = connection.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            loop {
+                let msg = tokio::select! {
+                    biased;
+                    msg = out_rx.recv() => msg,
+                    // Everything sent before the shutdown (its reply last) is queued:
+                    // write it out and stop.
+                    () = shutdown.cancelled() => out_rx.try_recv().ok(),
+                };
+                let Some(msg) = msg else { return };
+                let mut line = serde_json::to_vec(&msg).expect("messages serialize");
+                line.push(b'\n');
+                let mut conn = connection.lock().await;
+                if let Some(w) = conn.as_mut()
+                    && (w.write_all(&line).await.is_err() || w.flush().await.is_err())
+                {
+                    *conn = None;
+                }
             }
         }
     });
@@ -142,10 +180,40 @@ async fn serve(cache_dir: PathBuf) -> wasmtime::Result<()> {
         linkers: Linkers { module, component },
         containers: Mutex::new(HashMap::new()),
         out,
+        shutdown: shutdown.clone(),
     });
 
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    while let Some(line) = lines.next_line().await.context("reading requests")? {
+    loop {
+        let stream = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    eprintln!("wasmlet sandbox: accepting a connection: {e}");
+                    continue;
+                }
+            },
+        };
+        let (read, write) = stream.into_split();
+        // A new node replaces the old one's connection.
+        *connection.lock().await = Some(write);
+        tokio::spawn(read_requests(sandbox.clone(), read));
+    }
+
+    // Shutdown: every container has been stopped; flush the last messages and leave.
+    drop(sandbox);
+    let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
+    if let Some(mut w) = connection.lock().await.take() {
+        let _ = w.shutdown().await;
+    }
+    let _ = std::fs::remove_file(&socket);
+    Ok(())
+}
+
+/// Serves one connection's requests until it closes. The pods keep running.
+async fn read_requests(sandbox: Arc<Sandbox>, read: OwnedReadHalf) {
+    let mut lines = BufReader::new(read).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
         let request: Request = match serde_json::from_str(&line) {
             Ok(r) => r,
             Err(e) => {
@@ -156,38 +224,46 @@ async fn serve(cache_dir: PathBuf) -> wasmtime::Result<()> {
         let sandbox = sandbox.clone();
         tokio::spawn(async move {
             let id = request.id;
-            let error = sandbox
-                .handle(request.op)
-                .await
-                .err()
-                .map(|e| format!("{e:#}"));
-            let _ = sandbox.out.send(Message::Reply { id, error });
+            let shutdown = request.op == Op::Shutdown;
+            let (containers, error) = match sandbox.handle(request.op).await {
+                Ok(containers) => (containers, None),
+                Err(e) => (Vec::new(), Some(format!("{e:#}"))),
+            };
+            let _ = sandbox.out.send(Message::Reply {
+                id,
+                error,
+                containers,
+            });
+            if shutdown {
+                sandbox.shutdown.cancel();
+            }
         });
     }
-
-    // The node is gone: stop everything and leave.
-    let running: Vec<_> = {
-        let containers = sandbox.containers.lock().unwrap();
-        containers
-            .values()
-            .filter_map(|s| match s {
-                Slot::Running { cancel, exited } => Some((cancel.clone(), exited.clone())),
-                _ => None,
-            })
-            .collect()
-    };
-    for (cancel, mut exited) in running {
-        cancel.cancel();
-        let _ = exited.wait_for(|e| *e).await;
-    }
-    drop(sandbox);
-    let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
-    Ok(())
 }
 
 impl Sandbox {
-    async fn handle(self: &Arc<Self>, op: Op) -> wasmtime::Result<()> {
+    async fn handle(self: &Arc<Self>, op: Op) -> wasmtime::Result<Vec<ContainerReport>> {
         match op {
+            Op::List => Ok(self.report()),
+            Op::Shutdown => {
+                let running: Vec<_> = self
+                    .containers
+                    .lock()
+                    .unwrap()
+                    .values()
+                    .filter_map(|s| match s {
+                        Slot::Running { cancel, exited, .. } => {
+                            Some((cancel.clone(), exited.clone()))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                for (cancel, mut exited) in running {
+                    cancel.cancel();
+                    let _ = exited.wait_for(|e| *e).await;
+                }
+                Ok(Vec::new())
+            }
             Op::Create { container_id, spec } => {
                 if self.containers.lock().unwrap().contains_key(&container_id) {
                     wasmtime::bail!("container {container_id} already exists");
@@ -201,9 +277,9 @@ impl Sandbox {
                     wasmtime::bail!("container {container_id} already exists");
                 }
                 containers.insert(container_id, Slot::Created(Box::new(prepared)));
-                Ok(())
+                Ok(Vec::new())
             }
-            Op::Start { container_id } => self.start(container_id),
+            Op::Start { container_id } => self.start(container_id).map(|()| Vec::new()),
             Op::Stop { container_id, .. } => {
                 // Wasm guests have no signals: a stop cancels the guest at its next epoch
                 // tick. The grace period is the node's to spend (preStop hooks).
@@ -211,7 +287,7 @@ impl Sandbox {
                     let containers = self.containers.lock().unwrap();
                     match containers.get(&container_id) {
                         None => wasmtime::bail!("container {container_id} not found"),
-                        Some(Slot::Running { cancel, exited }) => {
+                        Some(Slot::Running { cancel, exited, .. }) => {
                             cancel.cancel();
                             Some(exited.clone())
                         }
@@ -221,7 +297,7 @@ impl Sandbox {
                 if let Some(mut exited) = waiter {
                     let _ = exited.wait_for(|e| *e).await;
                 }
-                Ok(())
+                Ok(Vec::new())
             }
             Op::Remove { container_id } => {
                 let mut containers = self.containers.lock().unwrap();
@@ -231,11 +307,46 @@ impl Sandbox {
                     }
                     _ => {
                         containers.remove(&container_id);
-                        Ok(())
+                        Ok(Vec::new())
                     }
                 }
             }
         }
+    }
+
+    /// Every container's state, for a node that (re)connects.
+    fn report(&self) -> Vec<ContainerReport> {
+        let containers = self.containers.lock().unwrap();
+        let mut reports: Vec<ContainerReport> = containers
+            .iter()
+            .map(|(id, slot)| {
+                let (state, started_at, finished_at, exit) = match slot {
+                    Slot::Created(_) => (ReportState::Created, None, None, None),
+                    Slot::Running { started_at, .. } => {
+                        (ReportState::Running, Some(*started_at), None, None)
+                    }
+                    Slot::Exited {
+                        started_at,
+                        finished_at,
+                        exit,
+                    } => (
+                        ReportState::Exited,
+                        Some(*started_at),
+                        Some(*finished_at),
+                        Some(exit.clone()),
+                    ),
+                };
+                ContainerReport {
+                    container_id: id.clone(),
+                    state,
+                    started_at,
+                    finished_at,
+                    exit,
+                }
+            })
+            .collect();
+        reports.sort_by(|a, b| a.container_id.cmp(&b.container_id));
+        reports
     }
 
     fn prepare(&self, spec: ContainerSpec) -> wasmtime::Result<Prepared> {
@@ -286,11 +397,13 @@ impl Sandbox {
         };
         let cancel = CancellationToken::new();
         let (exited_tx, exited_rx) = watch::channel(false);
+        let started_at = Timestamp::now();
         containers.insert(
             container_id.clone(),
             Slot::Running {
                 cancel: cancel.clone(),
                 exited: exited_rx,
+                started_at,
             },
         );
         drop(containers);
@@ -298,7 +411,7 @@ impl Sandbox {
         let this = self.clone();
         let _ = self.out.send(Message::Started {
             container_id: container_id.clone(),
-            at: Timestamp::now(),
+            at: started_at,
         });
         tokio::spawn(async move {
             let exit = tokio::select! {
@@ -310,13 +423,18 @@ impl Sandbox {
                 },
             };
             let _ = log.close();
-            this.containers
-                .lock()
-                .unwrap()
-                .insert(container_id.clone(), Slot::Exited);
+            let finished_at = Timestamp::now();
+            this.containers.lock().unwrap().insert(
+                container_id.clone(),
+                Slot::Exited {
+                    started_at,
+                    finished_at,
+                    exit: exit.clone(),
+                },
+            );
             let _ = this.out.send(Message::Exited {
                 container_id,
-                at: Timestamp::now(),
+                at: finished_at,
                 exit,
             });
             let _ = exited_tx.send(true);

@@ -188,8 +188,7 @@ impl TestNode {
     }
 
     /// Kills the node with SIGKILL, as a crash or an OOM kill would, and waits for it.
-    /// Its Wasm sandboxes exit when their pipe to it closes; container runtimes keep
-    /// their containers.
+    /// Its Wasm sandboxes and the container runtime's containers keep running.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -311,8 +310,16 @@ impl TestNode {
     }
 
     /// Process ids of the node's direct children (its Wasm sandboxes).
+    /// The node's Wasm sandbox processes: its children, and sandboxes it adopted.
     pub fn sandbox_pids(&self) -> Vec<u32> {
-        children_of(self.pid())
+        let pid = self.pid();
+        let mut pids = children_of(pid);
+        for p in processes_mentioning(&self.root) {
+            if p != pid && !pids.contains(&p) {
+                pids.push(p);
+            }
+        }
+        pids
     }
 
     /// Stops the node (SIGTERM, SIGKILL after 15 s) and returns its exit status.
@@ -333,12 +340,34 @@ impl TestNode {
     }
 }
 
+/// Processes whose command line mentions `path` (a node's sandboxes name its root).
+pub fn processes_mentioning(path: &Path) -> Vec<u32> {
+    let needle = path.as_os_str().as_encoded_bytes();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle))
+        })
+        .collect()
+}
+
 impl Drop for TestNode {
     fn drop(&mut self) {
         let pid = self.pid();
-        let sandboxes = children_of(pid);
+        let mut sandboxes = children_of(pid);
+        // Sandboxes adopted after a restart are not the node's children.
+        for p in processes_mentioning(&self.root) {
+            if p != pid && !sandboxes.contains(&p) {
+                sandboxes.push(p);
+            }
+        }
         self.stop();
-        // Sandboxes exit when the node's pipe closes; make sure none is left behind.
+        // A stopped node ends its sandboxes; make sure none is left behind.
         for p in sandboxes {
             if poll(Duration::from_secs(5), || {
                 (!Path::new(&format!("/proc/{p}")).exists()).then_some(())

@@ -51,15 +51,26 @@ impl Fixture {
     /// A runtime with an empty image store.
     pub fn new() -> Result<Self> {
         let dir = tempfile::tempdir()?;
-        let runtime = WasmRuntime::new(WasmRuntimeConfig {
-            image_dir: dir.path().join("images"),
-            compile_cache_dir: dir.path().join("compile-cache"),
+        let runtime = WasmRuntime::new(Self::config(dir.path()))?;
+        Ok(Fixture { runtime, dir })
+    }
+
+    fn config(dir: &Path) -> WasmRuntimeConfig {
+        WasmRuntimeConfig {
+            image_dir: dir.join("images"),
+            compile_cache_dir: dir.join("compile-cache"),
+            state_dir: dir.join("sandboxes"),
             sandbox: SandboxCommand {
                 program: env!("CARGO_BIN_EXE_wasmlet-sandbox").into(),
                 args: vec![],
             },
-        })?;
-        Ok(Fixture { runtime, dir })
+        }
+    }
+
+    /// A second runtime on the same directories, as the node's next run after a crash
+    /// would make; call [`WasmRuntime::restore`] on it to adopt the sandboxes.
+    pub fn reopen(&self) -> Result<WasmRuntime> {
+        Ok(WasmRuntime::new(Self::config(self.path()))?)
     }
 
     /// A runtime with the named example images imported.

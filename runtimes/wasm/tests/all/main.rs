@@ -6,6 +6,7 @@
 //! [`fixture`] holds the shared setup: a runtime in a tempdir, a pod, and waits
 //! that end on an event or a deadline.
 
+mod adoption;
 mod errors;
 mod fixture;
 mod images;

@@ -1,0 +1,90 @@
+//! A node that crashes leaves its Wasm sandboxes running; its next run adopts them.
+//! Here the "next run" is a second runtime on the same directories.
+
+use anyhow::Result;
+use wasmlet_runtime::{ContainerState, Runtime, SandboxState};
+
+use crate::fixture::{Fixture, poll_until, process_exists, with_env};
+
+#[tokio::test]
+async fn a_new_runtime_adopts_running_sandboxes_and_their_containers() -> Result<()> {
+    let fx = Fixture::with_images(&["ticker", "hello"])?;
+    let pod = fx.pod("ticker").await?;
+    let config = with_env(pod.container("ticker", "ticker"), &[("INTERVAL_MS", "20")]);
+    let ticker = fx.run(&pod, &config).await?;
+    let hello = fx.run(&pod, &pod.container("hello", "hello")).await?;
+    fx.wait_for_state(&ticker, ContainerState::Running).await?;
+    let done = fx.wait_exited(&hello).await?;
+    let pid = fx.runtime.sandbox_pid(&pod.id).expect("sandbox pid");
+
+    let next = fx.reopen()?;
+    assert_eq!(next.restore().await, 1, "one running sandbox adopted");
+    let sandboxes = next.list_pod_sandboxes().await?;
+    assert_eq!(sandboxes.len(), 1);
+    assert_eq!(sandboxes[0].id, pod.id);
+    assert_eq!(sandboxes[0].state, SandboxState::Ready);
+    assert_eq!(sandboxes[0].labels, pod.config.labels);
+    assert_eq!(sandboxes[0].metadata, pod.config.metadata);
+
+    let running = next.container_status(&ticker).await?;
+    assert_eq!(running.state, ContainerState::Running, "{running:#?}");
+    assert_eq!(running.metadata, config.metadata);
+    assert_eq!(running.annotations, config.annotations);
+    assert!(running.started_at.is_some());
+    let exited = next.container_status(&hello).await?;
+    assert_eq!(exited.state, ContainerState::Exited);
+    assert_eq!(exited.exit_code, done.exit_code);
+    assert_eq!(
+        exited.finished_at, done.finished_at,
+        "the sandbox's own record"
+    );
+
+    // The adopted sandbox obeys the new runtime: a stop ends the container and
+    // removing the sandbox ends the process and forgets its records.
+    next.stop_container(&ticker, std::time::Duration::from_secs(5))
+        .await?;
+    assert_eq!(
+        next.container_status(&ticker).await?.state,
+        ContainerState::Exited
+    );
+    next.remove_pod_sandbox(&pod.id).await?;
+    poll_until("the sandbox process exits", async || {
+        Ok((!process_exists(pid)).then_some(()))
+    })
+    .await?;
+    assert!(next.list_pod_sandboxes().await?.is_empty());
+    assert_eq!(next.restore().await, 0);
+    assert!(
+        std::fs::read_dir(fx.path().join("sandboxes"))?
+            .next()
+            .is_none(),
+        "no sandbox records are left"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_sandbox_that_died_meanwhile_is_reported_not_ready() -> Result<()> {
+    let fx = Fixture::with_images(&["ticker"])?;
+    let pod = fx.pod("ticker").await?;
+    let ticker = fx.run(&pod, &pod.container("ticker", "ticker")).await?;
+    fx.wait_for_state(&ticker, ContainerState::Running).await?;
+    let pid = fx.runtime.sandbox_pid(&pod.id).expect("sandbox pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
+    fx.wait_exited(&ticker).await?;
+
+    let next = fx.reopen()?;
+    assert_eq!(next.restore().await, 0);
+    let sandboxes = next.list_pod_sandboxes().await?;
+    assert_eq!(sandboxes.len(), 1);
+    assert_eq!(sandboxes[0].state, SandboxState::NotReady);
+    let lost = next.container_status(&ticker).await?;
+    assert_eq!(lost.state, ContainerState::Exited);
+    assert_eq!(lost.exit_code, 137);
+    next.remove_pod_sandbox(&pod.id).await?;
+    assert!(next.list_containers().await?.is_empty());
+    Ok(())
+}
