@@ -84,6 +84,10 @@ struct KubeletConfiguration {
     container_runtime_endpoint: Option<String>,
     image_service_endpoint: Option<String>,
     runtime_request_timeout: Option<String>,
+    #[serde(rename = "clusterDNS")]
+    cluster_dns: Option<Vec<String>>,
+    cluster_domain: Option<String>,
+    resolv_conf: Option<String>,
     wasmlet: Option<WasmletSection>,
     #[serde(flatten)]
     other: BTreeMap<String, serde_json::Value>,
@@ -131,6 +135,8 @@ pub struct NodeConfig {
     pub runtime_handlers: BTreeMap<String, String>,
     /// The CRI runtime, when one is configured.
     pub cri: Option<CriSettings>,
+    /// `clusterDNS`, `clusterDomain` and `resolvConf`.
+    pub dns: crate::podspec::ClusterDns,
     pub sandbox_program: PathBuf,
     pub sandbox_args: Vec<String>,
 }
@@ -327,6 +333,29 @@ impl NodeFlags {
             ));
         }
 
+        let mut cluster_dns = Vec::new();
+        for server in file.cluster_dns.iter().flatten() {
+            match server.parse::<IpAddr>() {
+                Ok(_) => cluster_dns.push(server.clone()),
+                Err(_) => errors.push(format!("clusterDNS: {server:?} is not an IP address")),
+            }
+        }
+        let dns = crate::podspec::ClusterDns {
+            servers: cluster_dns,
+            domain: file
+                .cluster_domain
+                .clone()
+                .unwrap_or_default()
+                .trim_end_matches('.')
+                .to_owned(),
+            // The kubelet's default; an empty string means no host configuration.
+            resolv_conf: match file.resolv_conf.as_deref() {
+                None => Some(crate::podspec::default_resolv_conf().to_owned()),
+                Some("") => None,
+                Some(path) => Some(PathBuf::from(path)),
+            },
+        };
+
         let node_name = match &self.hostname_override {
             Some(n) => n.trim().to_lowercase(),
             None => hostname().to_lowercase(),
@@ -408,6 +437,7 @@ impl NodeFlags {
             pleg_unhealthy_after: Duration::from_secs(180),
             runtime_handlers,
             cri,
+            dns,
             sandbox_program,
             sandbox_args,
         })
@@ -482,6 +512,11 @@ mod tests {
         assert_eq!(c.root_dir, PathBuf::from("/var/lib/wasmlet"));
         assert_eq!(c.pod_logs_dir, PathBuf::from("/var/log/pods"));
         assert_eq!(c.sandbox_args, ["sandbox"]);
+        assert!(c.dns.servers.is_empty());
+        assert_eq!(
+            c.dns.resolv_conf.as_deref(),
+            Some(std::path::Path::new("/etc/resolv.conf"))
+        );
     }
 
     #[test]
@@ -496,6 +531,9 @@ mod tests {
              healthzPort: 0\n\
              maxPods: 20\n\
              podLogsDir: /tmp/pods\n\
+             clusterDNS: [10.96.0.10]\n\
+             clusterDomain: cluster.local.\n\
+             resolvConf: \"\"\n\
              wasmlet:\n  restartBackoff: {initial: 100ms, max: 1s}\n",
         );
         flags.read_only_port = Some(10300);
@@ -509,6 +547,9 @@ mod tests {
         assert_eq!(c.pod_logs_dir, PathBuf::from("/tmp/pods"));
         assert_eq!(c.backoff_initial, Duration::from_millis(100));
         assert_eq!(c.backoff_max, Duration::from_secs(1));
+        assert_eq!(c.dns.servers, ["10.96.0.10"]);
+        assert_eq!(c.dns.domain, "cluster.local");
+        assert_eq!(c.dns.resolv_conf, None, "an empty resolvConf means none");
     }
 
     #[test]
@@ -519,6 +560,7 @@ mod tests {
              readOnlyPort: 70000\n\
              address: not-an-ip\n\
              maxPods: -1\n\
+             clusterDNS: [kube-dns]\n\
              wasmlet:\n  restartBackoff: {initial: 10s, max: 1s}\n",
         );
         let errors = flags.resolve().unwrap_err().0;
@@ -527,13 +569,14 @@ mod tests {
             "kind",
             "fileCheckFrequency",
             "readOnlyPort: 70000",
+            "clusterDNS: \"kube-dns\"",
             "address",
             "maxPods",
             "restartBackoff.max",
         ] {
             assert!(text.contains(want), "missing {want:?} in:\n{text}");
         }
-        assert_eq!(errors.len(), 6, "{text}");
+        assert_eq!(errors.len(), 7, "{text}");
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod duration;
 pub mod node;
 pub mod pleg;
 pub mod podconfig;
+pub mod podspec;
 pub mod qos;
 pub mod quantity;
 pub mod router;

@@ -112,12 +112,15 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     }
     let router = RuntimeRouter::new(config.runtime_handlers.clone(), handlers, default_handler)
         .with_wasm_images(wasm.images().clone());
-    let syncer = Arc::new(PodSyncer::new(
-        router.clone(),
-        config.backoff_initial,
-        config.backoff_max,
-        config.pod_logs_dir.clone(),
-    ));
+    let syncer = Arc::new(
+        PodSyncer::new(
+            router.clone(),
+            config.backoff_initial,
+            config.backoff_max,
+            config.pod_logs_dir.clone(),
+        )
+        .with_dns(config.dns.clone()),
+    );
     let statuses = StatusStore::default();
     let loop_health = LoopHealth::default();
     let relist_health = RelistHealth::default();

@@ -22,6 +22,7 @@ use wasmlet_runtime::{
 use crate::backoff::Backoff;
 use crate::duration;
 use crate::podconfig::{full_name, uid};
+use crate::podspec::{self, ClusterDns};
 use crate::quantity;
 use crate::router::RuntimeRouter;
 
@@ -111,6 +112,7 @@ pub struct PodSyncer {
     pod_logs_dir: PathBuf,
     /// How soon to retry after an error that has no back-off of its own.
     retry_after_error: Duration,
+    dns: ClusterDns,
 }
 
 /// The restart policy of a pod, defaulting to `Always`.
@@ -169,7 +171,14 @@ impl PodSyncer {
             pull_errors: Mutex::default(),
             pod_logs_dir,
             retry_after_error: backoff_initial,
+            dns: ClusterDns::default(),
         }
+    }
+
+    /// Sets the cluster DNS that pods with `ClusterFirst` get.
+    pub fn with_dns(mut self, dns: ClusterDns) -> Self {
+        self.dns = dns;
+        self
     }
 
     pub fn router(&self) -> &RuntimeRouter {
@@ -273,7 +282,19 @@ impl PodSyncer {
                     tracing::warn!(pod = %full_name(pod), "removing dead sandbox {}: {e}", old.id);
                 }
             }
-            let config = self.sandbox_config(pod, st);
+            let mut config = self.sandbox_config(pod, st);
+            match podspec::dns_config(pod, &self.dns) {
+                Ok(dns) => config.dns = Some(dns),
+                Err(e) => {
+                    let message = format!("failed to create the pod sandbox config: {e}");
+                    tracing::warn!(pod = %full_name(pod), "{message}");
+                    self.wait_all(pod, st, Waiting::new("ContainerCreating", message.clone()));
+                    st.sandbox_error = Some(message);
+                    return SyncOutcome {
+                        requeue_after: Some(self.retry_after_error),
+                    };
+                }
+            }
             // Runtimes write container logs under it but do not create it.
             if let Err(e) = std::fs::create_dir_all(&config.log_directory) {
                 tracing::warn!(pod = %full_name(pod), "creating {}: {e}", config.log_directory.display());
@@ -623,6 +644,13 @@ impl PodSyncer {
             runtime_handler: st.handler.clone(),
             cgroup_parent: None,
             host_network: spec.host_network.unwrap_or(false),
+            host_pid: spec.host_pid.unwrap_or(false),
+            host_ipc: spec.host_ipc.unwrap_or(false),
+            share_process_namespace: spec.share_process_namespace.unwrap_or(false),
+            dns: None,
+            port_mappings: podspec::port_mappings(&spec),
+            sysctls: podspec::sysctls(&spec),
+            security: podspec::sandbox_security(&spec),
         }
     }
 
@@ -749,6 +777,10 @@ impl PodSyncer {
         if c.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
             return Err("envFrom is not supported by this node yet; the container is not started with a wrong environment".into());
         }
+        let spec = pod.spec.clone().unwrap_or_default();
+        podspec::verify_run_as_non_root(&spec, c)?;
+        let (cpu_shares, cpu_quota) =
+            podspec::cpu_resources(c).map_err(|e| format!("resources: {e}"))?;
         let memory_limit_bytes = c
             .resources
             .as_ref()
@@ -803,9 +835,14 @@ impl PodSyncer {
             labels,
             annotations,
             resources: ContainerResources {
+                cpu_shares: Some(cpu_shares),
+                cpu_quota: cpu_quota.map(|(quota, _)| quota),
+                cpu_period: cpu_quota.map(|(_, period)| period),
                 memory_limit_bytes,
-                ..Default::default()
+                oom_score_adj: None,
             },
+            devices: Vec::new(),
+            security: podspec::container_security(&spec, c),
             stdin: c.stdin.unwrap_or(false),
             tty: c.tty.unwrap_or(false),
         })

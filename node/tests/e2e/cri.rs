@@ -435,3 +435,43 @@ fn a_missing_image_backs_off_with_the_runtimes_message_and_others_run() {
 fn tail(log: &str) -> String {
     wasmlet_testkit::node::tail(log, 30)
 }
+
+#[test]
+fn the_pod_spec_reaches_the_container_through_cri() {
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let node = cri_node(&containerd, &[]);
+    let script = "echo ids $(id -u) $(id -g) $(id -G); \
+                  cat /etc/resolv.conf; \
+                  echo port_start $(cat /proc/sys/net/ipv4/ip_unprivileged_port_start); \
+                  echo cpu $(cat /sys/fs/cgroup/cpu/cpu.shares) $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us)";
+    node.write_manifest(
+        "spec.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: spec}}\nspec:\n  restartPolicy: Never\n  dnsPolicy: None\n  dnsConfig:\n    nameservers: [10.0.0.53]\n    searches: [example.test]\n    options: [{{name: ndots, value: '2'}}]\n  securityContext:\n    runAsUser: 1000\n    runAsGroup: 3000\n    supplementalGroups: [4000]\n    sysctls: [{{name: net.ipv4.ip_unprivileged_port_start, value: '0'}}]\n  containers:\n  - name: main\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, {script:?}]\n    resources:\n      requests: {{cpu: 250m}}\n      limits: {{cpu: 500m}}\n"
+        ),
+    )
+    .unwrap();
+    let pod = node
+        .wait_pod("spec", LONG, |p| phase(p) == "Succeeded")
+        .unwrap();
+    let lines: Vec<String> = node
+        .container_log(&pod, "main", 0)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.text)
+        .collect();
+    let has = |want: &str| {
+        assert!(
+            lines.iter().any(|l| l == want),
+            "{want:?} not in the container's output: {lines:#?}"
+        )
+    };
+    has("ids 1000 3000 3000 4000");
+    has("nameserver 10.0.0.53");
+    has("search example.test");
+    has("options ndots:2");
+    has("port_start 0");
+    // requests.cpu 250m -> 256 shares; limits.cpu 500m -> 50 ms per 100 ms period.
+    has("cpu 256 50000");
+}

@@ -44,6 +44,7 @@ pub struct PodMetadata {
 
 /// Everything a runtime needs to create a pod sandbox.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PodSandboxConfig {
     pub metadata: PodMetadata,
     pub hostname: String,
@@ -55,7 +56,74 @@ pub struct PodSandboxConfig {
     pub runtime_handler: String,
     /// The pod's cgroup, if the node manages cgroups.
     pub cgroup_parent: Option<String>,
+    /// `hostNetwork`: the node's network namespace.
     pub host_network: bool,
+    /// `hostPID`: the node's PID namespace.
+    pub host_pid: bool,
+    /// `hostIPC`: the node's IPC namespace.
+    pub host_ipc: bool,
+    /// `shareProcessNamespace`: one PID namespace for the pod's containers.
+    pub share_process_namespace: bool,
+    /// The pod's resolv.conf as the node resolved its DNS policy; `None` lets the
+    /// runtime copy the host's.
+    pub dns: Option<DnsConfig>,
+    /// Container ports with a `hostPort`.
+    pub port_mappings: Vec<PortMapping>,
+    /// Namespaced sysctls from `securityContext.sysctls`.
+    pub sysctls: Labels,
+    pub security: SandboxSecurity,
+}
+
+/// A pod's resolv.conf.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnsConfig {
+    pub servers: Vec<String>,
+    pub searches: Vec<String>,
+    pub options: Vec<String>,
+}
+
+/// A container port published on the node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortMapping {
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    pub container_port: i32,
+    pub host_port: i32,
+    /// Empty for every address.
+    pub host_ip: String,
+}
+
+/// The pod-level security settings a sandbox needs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxSecurity {
+    pub run_as_user: Option<i64>,
+    pub run_as_group: Option<i64>,
+    pub supplemental_groups: Vec<i64>,
+    /// Some container of the pod is privileged.
+    pub privileged: bool,
+}
+
+/// A container's security settings, pod defaults already applied.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerSecurity {
+    pub privileged: bool,
+    pub run_as_user: Option<i64>,
+    pub run_as_group: Option<i64>,
+    pub supplemental_groups: Vec<i64>,
+    pub readonly_rootfs: bool,
+    /// `allowPrivilegeEscalation: false`.
+    pub no_new_privs: bool,
+    pub capabilities_add: Vec<String>,
+    pub capabilities_drop: Vec<String>,
+}
+
+/// A host device made available in a container.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Device {
+    pub container_path: String,
+    pub host_path: PathBuf,
+    /// cgroup permissions: some of `r`, `w`, `m`.
+    pub permissions: String,
 }
 
 /// Lifecycle state of a sandbox.
@@ -119,6 +187,7 @@ pub struct ContainerMetadata {
 
 /// Everything a runtime needs to create a container.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ContainerConfig {
     pub metadata: ContainerMetadata,
     /// The image reference as written in the pod, or the image id.
@@ -136,6 +205,8 @@ pub struct ContainerConfig {
     pub labels: Labels,
     pub annotations: Labels,
     pub resources: ContainerResources,
+    pub devices: Vec<Device>,
+    pub security: ContainerSecurity,
     pub stdin: bool,
     pub tty: bool,
 }

@@ -9,8 +9,9 @@ use jiff::Timestamp;
 use wasmlet_proto::cri::v1 as cri;
 use wasmlet_runtime::{
     Container, ContainerConfig, ContainerEventKind, ContainerMetadata, ContainerResources,
-    ContainerState, ContainerStatus, Error, Image, Labels, PodMetadata, PodSandbox,
-    PodSandboxConfig, PodSandboxStatus, Result, RuntimeEvent, RuntimeStatus, SandboxState,
+    ContainerSecurity, ContainerState, ContainerStatus, Device, DnsConfig, Error, Image, Labels,
+    PodMetadata, PodSandbox, PodSandboxConfig, PodSandboxStatus, PortMapping, Result, RuntimeEvent,
+    RuntimeStatus, SandboxSecurity, SandboxState,
 };
 
 /// CRI times are nanoseconds since the Unix epoch; every `i64` fits a [`Timestamp`].
@@ -91,21 +92,114 @@ pub(crate) fn linux_resources(r: &ContainerResources) -> cri::LinuxContainerReso
     }
 }
 
-/// The kubelet's namespace choice for a pod without hostPID, hostIPC or a shared
-/// process namespace: the network is the node's with `hostNetwork`, else the pod's;
-/// each container has its own PID namespace; IPC is the pod's.
-pub(crate) fn namespace_options(host_network: bool) -> cri::NamespaceOption {
-    let network = if host_network {
-        cri::NamespaceMode::Node
+/// The kubelet's namespace choice for a pod (`NamespacesForPod`), used for the
+/// sandbox and, unchanged, for each of its containers:
+///
+/// - network: the node's with `hostNetwork`, else the pod's;
+/// - PID: the node's with `hostPID`, else the pod's with `shareProcessNamespace`,
+///   else each container's own (sent explicitly as `CONTAINER`);
+/// - IPC: the node's with `hostIPC`, else the pod's.
+pub(crate) fn namespace_options(pod: &PodSandboxConfig) -> cri::NamespaceOption {
+    use cri::NamespaceMode as M;
+    let node_or_pod = |host| if host { M::Node } else { M::Pod };
+    let pid = if pod.host_pid {
+        M::Node
+    } else if pod.share_process_namespace {
+        M::Pod
     } else {
-        cri::NamespaceMode::Pod
+        M::Container
     };
     cri::NamespaceOption {
-        network: network.into(),
-        pid: cri::NamespaceMode::Container.into(),
-        ipc: cri::NamespaceMode::Pod.into(),
+        network: node_or_pod(pod.host_network).into(),
+        pid: pid.into(),
+        ipc: node_or_pod(pod.host_ipc).into(),
         ..Default::default()
     }
+}
+
+fn int64_value(v: Option<i64>) -> Option<cri::Int64Value> {
+    v.map(|value| cri::Int64Value { value })
+}
+
+pub(crate) fn dns_config(d: &DnsConfig) -> cri::DnsConfig {
+    cri::DnsConfig {
+        servers: d.servers.clone(),
+        searches: d.searches.clone(),
+        options: d.options.clone(),
+    }
+}
+
+/// A port protocol by its Kubernetes name (`TCP`, `UDP`, `SCTP`, case-sensitive as
+/// in the API). The kubelet falls back to TCP with a warning; publishing a port under
+/// a protocol the pod did not ask for is worse than refusing, so this rejects it.
+pub(crate) fn protocol(name: &str) -> Result<cri::Protocol> {
+    match name {
+        "TCP" => Ok(cri::Protocol::Tcp),
+        "UDP" => Ok(cri::Protocol::Udp),
+        "SCTP" => Ok(cri::Protocol::Sctp),
+        other => Err(Error::InvalidArgument(format!(
+            "unknown port protocol {other:?}: want TCP, UDP or SCTP"
+        ))),
+    }
+}
+
+pub(crate) fn port_mapping(p: &PortMapping) -> Result<cri::PortMapping> {
+    Ok(cri::PortMapping {
+        protocol: protocol(&p.protocol)?.into(),
+        container_port: p.container_port,
+        host_port: p.host_port,
+        host_ip: p.host_ip.clone(),
+    })
+}
+
+/// The pod-level security context, as `generatePodSandboxLinuxConfig` fills it.
+pub(crate) fn sandbox_security_context(
+    pod: &PodSandboxConfig,
+    s: &SandboxSecurity,
+) -> cri::LinuxSandboxSecurityContext {
+    cri::LinuxSandboxSecurityContext {
+        namespace_options: Some(namespace_options(pod)),
+        run_as_user: int64_value(s.run_as_user),
+        run_as_group: int64_value(s.run_as_group),
+        supplemental_groups: s.supplemental_groups.clone(),
+        privileged: s.privileged,
+        ..Default::default()
+    }
+}
+
+/// A container's security context, as `determineEffectiveSecurityContext` fills it;
+/// capabilities are sent only when there is something to add or drop.
+pub(crate) fn container_security_context(
+    s: &ContainerSecurity,
+    pod: &PodSandboxConfig,
+) -> cri::LinuxContainerSecurityContext {
+    let capabilities =
+        (!s.capabilities_add.is_empty() || !s.capabilities_drop.is_empty()).then(|| {
+            cri::Capability {
+                add_capabilities: s.capabilities_add.clone(),
+                drop_capabilities: s.capabilities_drop.clone(),
+                ..Default::default()
+            }
+        });
+    cri::LinuxContainerSecurityContext {
+        capabilities,
+        privileged: s.privileged,
+        namespace_options: Some(namespace_options(pod)),
+        run_as_user: int64_value(s.run_as_user),
+        run_as_group: int64_value(s.run_as_group),
+        readonly_rootfs: s.readonly_rootfs,
+        supplemental_groups: s.supplemental_groups.clone(),
+        no_new_privs: s.no_new_privs,
+        ..Default::default()
+    }
+}
+
+pub(crate) fn device(d: &Device) -> Result<cri::Device> {
+    Ok(cri::Device {
+        container_path: d.container_path.clone(),
+        host_path: path_str("device", &d.host_path)?.to_owned(),
+        permissions: d.permissions.clone(),
+    })
 }
 
 fn to_map(labels: &Labels) -> HashMap<String, String> {
@@ -132,18 +226,19 @@ pub(crate) fn sandbox_config(c: &PodSandboxConfig) -> Result<cri::PodSandboxConf
         }),
         hostname: c.hostname.clone(),
         log_directory: path_str("log directory", &c.log_directory)?.to_owned(),
-        // The node does not resolve the pod's DNS policy yet; an unset DNSConfig makes
-        // the runtime copy the host's resolv.conf.
-        dns_config: None,
-        port_mappings: Vec::new(),
+        // Unset, the runtime copies the host's resolv.conf.
+        dns_config: c.dns.as_ref().map(dns_config),
+        port_mappings: c
+            .port_mappings
+            .iter()
+            .map(port_mapping)
+            .collect::<Result<_>>()?,
         labels: to_map(&c.labels),
         annotations: to_map(&c.annotations),
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent: c.cgroup_parent.clone().unwrap_or_default(),
-            security_context: Some(cri::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespace_options(c.host_network)),
-                ..Default::default()
-            }),
+            security_context: Some(sandbox_security_context(c, &c.security)),
+            sysctls: to_map(&c.sysctls),
             ..Default::default()
         }),
         windows: None,
@@ -167,6 +262,7 @@ pub(crate) fn container_config(
             })
         })
         .collect::<Result<Vec<_>>>()?;
+    let devices = c.devices.iter().map(device).collect::<Result<Vec<_>>>()?;
     Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
             name: c.metadata.name.clone(),
@@ -185,6 +281,7 @@ pub(crate) fn container_config(
             })
             .collect(),
         mounts,
+        devices,
         labels: to_map(&c.labels),
         annotations: to_map(&c.annotations),
         log_path: path_str("log path", &c.log_path)?.to_owned(),
@@ -194,10 +291,7 @@ pub(crate) fn container_config(
         tty: c.tty,
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(linux_resources(&c.resources)),
-            security_context: Some(cri::LinuxContainerSecurityContext {
-                namespace_options: Some(namespace_options(sandbox.host_network)),
-                ..Default::default()
-            }),
+            security_context: Some(container_security_context(&c.security, sandbox)),
         }),
         ..Default::default()
     })
@@ -467,14 +561,147 @@ mod tests {
     #[test]
     fn namespaces() {
         use cri::NamespaceMode as M;
-        for (host_network, network) in [(false, M::Pod), (true, M::Node)] {
-            let ns = namespace_options(host_network);
-            assert_eq!(ns.network(), network, "host_network={host_network}");
-            assert_eq!(ns.pid(), M::Container);
-            assert_eq!(ns.ipc(), M::Pod);
-            assert!(ns.target_id.is_empty());
-            assert!(ns.userns_options.is_none());
+        // (hostNetwork, hostPID, shareProcessNamespace, hostIPC) -> (network, pid, ipc)
+        let table = [
+            ((false, false, false, false), (M::Pod, M::Container, M::Pod)),
+            ((true, false, false, false), (M::Node, M::Container, M::Pod)),
+            ((false, true, false, false), (M::Pod, M::Node, M::Pod)),
+            ((false, false, true, false), (M::Pod, M::Pod, M::Pod)),
+            // hostPID wins over shareProcessNamespace.
+            ((false, true, true, false), (M::Pod, M::Node, M::Pod)),
+            ((false, false, false, true), (M::Pod, M::Container, M::Node)),
+            ((false, false, true, true), (M::Pod, M::Pod, M::Node)),
+            ((true, true, false, true), (M::Node, M::Node, M::Node)),
+            ((true, true, true, true), (M::Node, M::Node, M::Node)),
+        ];
+        for ((net, pid, share, ipc), want) in table {
+            let p = PodSandboxConfig {
+                host_network: net,
+                host_pid: pid,
+                share_process_namespace: share,
+                host_ipc: ipc,
+                ..Default::default()
+            };
+            let ns = namespace_options(&p);
+            let case = format!("net={net} pid={pid} share={share} ipc={ipc}");
+            assert_eq!((ns.network(), ns.pid(), ns.ipc()), want, "{case}");
+            assert!(ns.target_id.is_empty(), "{case}");
+            assert!(ns.userns_options.is_none(), "{case}");
+
+            // The sandbox and its containers get the same options.
+            let sandbox = sandbox_config(&p).unwrap();
+            let sandbox_ns = sandbox
+                .linux
+                .unwrap()
+                .security_context
+                .unwrap()
+                .namespace_options;
+            assert_eq!(sandbox_ns.as_ref(), Some(&ns), "{case}");
+            let container = container_config(&ContainerConfig::default(), &p).unwrap();
+            let container_ns = container
+                .linux
+                .unwrap()
+                .security_context
+                .unwrap()
+                .namespace_options;
+            assert_eq!(container_ns.as_ref(), Some(&ns), "{case}");
         }
+    }
+
+    #[test]
+    fn protocols() {
+        let table = [
+            ("TCP", cri::Protocol::Tcp),
+            ("UDP", cri::Protocol::Udp),
+            ("SCTP", cri::Protocol::Sctp),
+        ];
+        for (name, want) in table {
+            assert_eq!(protocol(name).unwrap(), want, "{name}");
+        }
+        for bad in ["", "tcp", "QUIC"] {
+            match protocol(bad) {
+                Err(Error::InvalidArgument(msg)) => {
+                    assert!(msg.contains(&format!("{bad:?}")), "{msg}")
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn bad_port_protocol_fails_the_sandbox() {
+        let mut p = pod();
+        p.port_mappings.push(PortMapping {
+            protocol: "QUIC".into(),
+            container_port: 443,
+            host_port: 443,
+            host_ip: String::new(),
+        });
+        match sandbox_config(&p) {
+            Err(Error::InvalidArgument(msg)) => assert!(msg.contains("\"QUIC\""), "{msg}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unset_security_is_minimal() {
+        let sandbox = sandbox_config(&PodSandboxConfig::default()).unwrap();
+        assert!(sandbox.dns_config.is_none());
+        assert!(sandbox.port_mappings.is_empty());
+        let linux = sandbox.linux.unwrap();
+        assert!(linux.sysctls.is_empty());
+        let sc = linux.security_context.unwrap();
+        assert_eq!(
+            sc,
+            cri::LinuxSandboxSecurityContext {
+                namespace_options: sc.namespace_options.clone(),
+                ..Default::default()
+            }
+        );
+        assert!(sc.run_as_user.is_none() && sc.run_as_group.is_none());
+
+        let container =
+            container_config(&ContainerConfig::default(), &PodSandboxConfig::default()).unwrap();
+        assert!(container.devices.is_empty());
+        let sc = container.linux.unwrap().security_context.unwrap();
+        assert_eq!(
+            sc,
+            cri::LinuxContainerSecurityContext {
+                namespace_options: sc.namespace_options.clone(),
+                ..Default::default()
+            }
+        );
+        assert!(sc.capabilities.is_none());
+
+        // Only dropping is enough to send capabilities.
+        let drop_all = ContainerConfig {
+            security: ContainerSecurity {
+                capabilities_drop: vec!["ALL".into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let got = container_config(&drop_all, &PodSandboxConfig::default()).unwrap();
+        let caps = got.linux.unwrap().security_context.unwrap().capabilities;
+        assert_eq!(
+            caps,
+            Some(cri::Capability {
+                drop_capabilities: vec!["ALL".into()],
+                ..Default::default()
+            })
+        );
+        // Root is a real value, not "unset".
+        let root = ContainerConfig {
+            security: ContainerSecurity {
+                run_as_user: Some(0),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let got = container_config(&root, &PodSandboxConfig::default()).unwrap();
+        let sc = got.linux.unwrap().security_context.unwrap();
+        assert_eq!(sc.run_as_user, Some(cri::Int64Value { value: 0 }));
+        assert_eq!(sc.run_as_group, None);
     }
 
     fn pod() -> PodSandboxConfig {
@@ -492,6 +719,48 @@ mod tests {
             runtime_handler: String::new(),
             cgroup_parent: Some("/kubepods/burstable/poduid-1".into()),
             host_network: true,
+            host_pid: false,
+            host_ipc: true,
+            share_process_namespace: true,
+            dns: Some(DnsConfig {
+                servers: vec!["10.96.0.10".into()],
+                searches: vec!["default.svc.cluster.local".into(), "cluster.local".into()],
+                options: vec!["ndots:5".into()],
+            }),
+            port_mappings: vec![
+                PortMapping {
+                    protocol: "TCP".into(),
+                    container_port: 8080,
+                    host_port: 80,
+                    host_ip: String::new(),
+                },
+                PortMapping {
+                    protocol: "UDP".into(),
+                    container_port: 53,
+                    host_port: 5353,
+                    host_ip: "127.0.0.1".into(),
+                },
+                PortMapping {
+                    protocol: "SCTP".into(),
+                    container_port: 9,
+                    host_port: 9009,
+                    host_ip: "::1".into(),
+                },
+            ],
+            sysctls: [
+                (
+                    "net.ipv4.ip_unprivileged_port_start".to_owned(),
+                    "0".to_owned(),
+                ),
+                ("kernel.shm_rmid_forced".to_owned(), "1".to_owned()),
+            ]
+            .into(),
+            security: SandboxSecurity {
+                run_as_user: Some(1000),
+                run_as_group: Some(3000),
+                supplemental_groups: vec![2000, 4000],
+                privileged: true,
+            },
         }
     }
 
@@ -512,11 +781,58 @@ mod tests {
         assert_eq!(c.log_directory, "/var/log/pods/default_web_uid-1");
         assert_eq!(c.labels["app"], "web");
         assert_eq!(c.annotations["a"], "b");
-        assert!(c.dns_config.is_none());
+        assert_eq!(
+            c.dns_config,
+            Some(cri::DnsConfig {
+                servers: vec!["10.96.0.10".into()],
+                searches: vec!["default.svc.cluster.local".into(), "cluster.local".into()],
+                options: vec!["ndots:5".into()],
+            })
+        );
+        assert_eq!(
+            c.port_mappings,
+            [
+                cri::PortMapping {
+                    protocol: cri::Protocol::Tcp.into(),
+                    container_port: 8080,
+                    host_port: 80,
+                    host_ip: String::new(),
+                },
+                cri::PortMapping {
+                    protocol: cri::Protocol::Udp.into(),
+                    container_port: 53,
+                    host_port: 5353,
+                    host_ip: "127.0.0.1".into(),
+                },
+                cri::PortMapping {
+                    protocol: cri::Protocol::Sctp.into(),
+                    container_port: 9,
+                    host_port: 9009,
+                    host_ip: "::1".into(),
+                },
+            ]
+        );
+        assert_eq!(c.port_mappings[1].protocol, 1, "UDP on the wire");
+        assert_eq!(c.port_mappings[2].protocol, 2, "SCTP on the wire");
         let linux = c.linux.unwrap();
         assert_eq!(linux.cgroup_parent, "/kubepods/burstable/poduid-1");
-        let ns = linux.security_context.unwrap().namespace_options.unwrap();
-        assert_eq!(ns, namespace_options(true));
+        assert_eq!(linux.sysctls.len(), 2);
+        assert_eq!(linux.sysctls["net.ipv4.ip_unprivileged_port_start"], "0");
+        assert_eq!(linux.sysctls["kernel.shm_rmid_forced"], "1");
+        let sc = linux.security_context.unwrap();
+        assert_eq!(sc.run_as_user, Some(cri::Int64Value { value: 1000 }));
+        assert_eq!(sc.run_as_group, Some(cri::Int64Value { value: 3000 }));
+        assert_eq!(sc.supplemental_groups, [2000, 4000]);
+        assert!(sc.privileged);
+        assert!(!sc.readonly_rootfs);
+        let ns = sc.namespace_options.unwrap();
+        use cri::NamespaceMode as M;
+        // hostNetwork, shareProcessNamespace and hostIPC in pod().
+        assert_eq!(
+            (ns.network(), ns.pid(), ns.ipc()),
+            (M::Node, M::Pod, M::Node)
+        );
+        assert_eq!(ns, namespace_options(&pod()));
     }
 
     #[test]
@@ -541,13 +857,40 @@ mod tests {
             annotations: [("n".to_owned(), "2".to_owned())].into(),
             resources: ContainerResources {
                 cpu_shares: Some(2),
-                ..Default::default()
+                cpu_quota: Some(20_000),
+                cpu_period: Some(100_000),
+                memory_limit_bytes: Some(64 << 20),
+                oom_score_adj: Some(1000),
+            },
+            devices: vec![
+                Device {
+                    container_path: "/dev/fuse".into(),
+                    host_path: "/dev/fuse".into(),
+                    permissions: "rwm".into(),
+                },
+                Device {
+                    container_path: "/dev/gpu0".into(),
+                    host_path: "/dev/nvidia0".into(),
+                    permissions: "rw".into(),
+                },
+            ],
+            security: ContainerSecurity {
+                privileged: true,
+                run_as_user: Some(1001),
+                run_as_group: Some(3001),
+                supplemental_groups: vec![5000],
+                readonly_rootfs: true,
+                no_new_privs: true,
+                capabilities_add: vec!["NET_ADMIN".into(), "SYS_TIME".into()],
+                capabilities_drop: vec!["ALL".into()],
             },
             stdin: true,
             tty: true,
         };
         let mut sandbox = pod();
         sandbox.host_network = false;
+        sandbox.host_pid = true;
+        sandbox.host_ipc = false;
         let got = container_config(&c, &sandbox).unwrap();
         assert_eq!(got.metadata.as_ref().unwrap().attempt, 3);
         let image = got.image.unwrap();
@@ -576,10 +919,57 @@ mod tests {
         assert_eq!(got.labels["l"], "1");
         assert_eq!(got.annotations["n"], "2");
         assert!(got.stdin && got.tty);
+        assert_eq!(
+            got.devices,
+            [
+                cri::Device {
+                    container_path: "/dev/fuse".into(),
+                    host_path: "/dev/fuse".into(),
+                    permissions: "rwm".into(),
+                },
+                cri::Device {
+                    container_path: "/dev/gpu0".into(),
+                    host_path: "/dev/nvidia0".into(),
+                    permissions: "rw".into(),
+                },
+            ]
+        );
         let linux = got.linux.unwrap();
-        assert_eq!(linux.resources.unwrap().cpu_shares, 2);
-        let ns = linux.security_context.unwrap().namespace_options.unwrap();
-        assert_eq!(ns, namespace_options(false));
+        assert_eq!(linux.resources, Some(linux_resources(&c.resources)));
+        let r = linux.resources.unwrap();
+        assert_eq!(
+            (
+                r.cpu_shares,
+                r.cpu_quota,
+                r.cpu_period,
+                r.memory_limit_in_bytes,
+                r.oom_score_adj
+            ),
+            (2, 20_000, 100_000, 64 << 20, 1000)
+        );
+        let sc = linux.security_context.unwrap();
+        assert!(sc.privileged);
+        assert_eq!(sc.run_as_user, Some(cri::Int64Value { value: 1001 }));
+        assert_eq!(sc.run_as_group, Some(cri::Int64Value { value: 3001 }));
+        assert_eq!(sc.supplemental_groups, [5000]);
+        assert!(sc.readonly_rootfs);
+        assert!(sc.no_new_privs);
+        assert_eq!(
+            sc.capabilities,
+            Some(cri::Capability {
+                add_capabilities: vec!["NET_ADMIN".into(), "SYS_TIME".into()],
+                drop_capabilities: vec!["ALL".into()],
+                add_ambient_capabilities: Vec::new(),
+            })
+        );
+        assert!(sc.run_as_username.is_empty());
+        let ns = sc.namespace_options.unwrap();
+        use cri::NamespaceMode as M;
+        assert_eq!(
+            (ns.network(), ns.pid(), ns.ipc()),
+            (M::Pod, M::Node, M::Pod)
+        );
+        assert_eq!(ns, namespace_options(&sandbox));
     }
 
     #[test]
@@ -588,6 +978,18 @@ mod tests {
         let mut p = pod();
         p.log_directory = PathBuf::from(std::ffi::OsStr::from_bytes(b"/var/log/\xff"));
         assert!(matches!(sandbox_config(&p), Err(Error::InvalidArgument(_))));
+        let c = ContainerConfig {
+            devices: vec![Device {
+                container_path: "/dev/x".into(),
+                host_path: PathBuf::from(std::ffi::OsStr::from_bytes(b"/dev/\xff")),
+                permissions: "r".into(),
+            }],
+            ..Default::default()
+        };
+        assert!(matches!(
+            container_config(&c, &pod()),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 
     #[test]

@@ -27,6 +27,7 @@ fn pod() -> PodSandboxConfig {
         runtime_handler: String::new(),
         cgroup_parent: Some("/kubepods/besteffort/poduid-1".into()),
         host_network: false,
+        ..Default::default()
     }
 }
 
