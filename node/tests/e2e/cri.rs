@@ -117,8 +117,14 @@ fn a_container_pod_and_a_wasm_pod_run_side_by_side() {
 
     // Deleting the container pod stops it (SIGTERM, SIGKILL after the 2 s grace: sleep
     // as PID 1 ignores SIGTERM) and leaves the Wasm pod alone.
+    let removed = std::time::Instant::now();
     node.remove_manifest("box.yaml").unwrap();
     node.wait_gone("box", Duration::from_secs(15)).unwrap();
+    assert!(
+        removed.elapsed() >= Duration::from_secs(2),
+        "SIGKILL came only after the 2 s grace period: gone after {:?}",
+        removed.elapsed()
+    );
     let still = node.pod("tick").unwrap();
     assert!(is_running(&still));
     assert_eq!(container(&still).restart_count, 0);

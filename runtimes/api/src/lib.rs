@@ -86,6 +86,14 @@ pub trait Runtime: Send + Sync + 'static {
     /// Removes a local image by reference or id. Idempotent.
     async fn remove_image(&self, image: &str) -> Result<()>;
 
+    /// How much the filesystems holding images use (image GC and eviction read it).
+    async fn image_fs_info(&self) -> Result<Vec<FilesystemUsage>> {
+        Err(Error::Unsupported {
+            runtime: self.name().to_owned(),
+            operation: "image_fs_info",
+        })
+    }
+
     /// Runs a command in a container and waits for it (probes, hooks).
     async fn exec_sync(
         &self,

@@ -294,3 +294,14 @@ pub struct RuntimeEvent {
     pub kind: ContainerEventKind,
     pub at: Timestamp,
 }
+
+/// What the images on one filesystem use.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilesystemUsage {
+    /// When it was measured.
+    pub timestamp: Timestamp,
+    /// Where the filesystem (or the store's directory on it) is mounted.
+    pub mountpoint: PathBuf,
+    pub used_bytes: Option<u64>,
+    pub inodes_used: Option<u64>,
+}

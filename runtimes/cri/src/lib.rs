@@ -44,8 +44,8 @@ use wasmlet_proto::cri::v1 as cri;
 use wasmlet_proto::cri::v1::image_service_client::ImageServiceClient;
 use wasmlet_proto::cri::v1::runtime_service_client::RuntimeServiceClient;
 use wasmlet_runtime::{
-    Container, ContainerConfig, ContainerStatus, Error, ExecResult, Image, PodSandbox,
-    PodSandboxConfig, PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus,
+    Container, ContainerConfig, ContainerStatus, Error, ExecResult, FilesystemUsage, Image,
+    PodSandbox, PodSandboxConfig, PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus,
     RuntimeVersion,
 };
 
@@ -584,6 +584,26 @@ impl Runtime for CriRuntime {
                 .map(drop)
                 .map_err(|s| from_status(&op, s)),
         )
+    }
+
+    async fn image_fs_info(&self) -> Result<Vec<FilesystemUsage>> {
+        let op = Op::new("ImageFsInfo", "image", "").timeout(self.timeout());
+        let response = self
+            .img()
+            .image_fs_info(request(cri::ImageFsInfoRequest {}, op.timeout))
+            .await
+            .map_err(|s| from_status(&op, s))?
+            .into_inner();
+        Ok(response
+            .image_filesystems
+            .into_iter()
+            .map(|u| FilesystemUsage {
+                timestamp: convert::timestamp(u.timestamp),
+                mountpoint: u.fs_id.map(|f| f.mountpoint).unwrap_or_default().into(),
+                used_bytes: u.used_bytes.map(|v| v.value),
+                inodes_used: u.inodes_used.map(|v| v.value),
+            })
+            .collect())
     }
 
     async fn exec_sync(

@@ -135,6 +135,26 @@ impl ImageStore {
     }
 
     /// The path of a blob by digest (`sha256:<hex>`).
+    /// Bytes and inodes the store uses (every file and directory under its root).
+    pub fn usage(&self) -> std::io::Result<(u64, u64)> {
+        fn walk(dir: &Path, bytes: &mut u64, inodes: &mut u64) -> std::io::Result<()> {
+            for entry in std::fs::read_dir(dir)? {
+                let entry = entry?;
+                let meta = entry.metadata()?;
+                *inodes += 1;
+                if meta.is_dir() {
+                    walk(&entry.path(), bytes, inodes)?;
+                } else {
+                    *bytes += meta.len();
+                }
+            }
+            Ok(())
+        }
+        let (mut bytes, mut inodes) = (0, 1);
+        walk(&self.root, &mut bytes, &mut inodes)?;
+        Ok((bytes, inodes))
+    }
+
     pub fn blob_path(&self, digest: &str) -> PathBuf {
         let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
         self.root.join("blobs/sha256").join(hex)

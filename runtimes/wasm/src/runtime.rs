@@ -25,9 +25,9 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::Command;
 use tokio::sync::{broadcast, oneshot, watch};
 use wasmlet_runtime::{
-    Container, ContainerConfig, ContainerEventKind, ContainerState, ContainerStatus, Error, Image,
-    PodSandbox, PodSandboxConfig, PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus,
-    RuntimeVersion, SandboxState,
+    Container, ContainerConfig, ContainerEventKind, ContainerState, ContainerStatus, Error,
+    FilesystemUsage, Image, PodSandbox, PodSandboxConfig, PodSandboxStatus, Result, Runtime,
+    RuntimeEvent, RuntimeStatus, RuntimeVersion, SandboxState,
 };
 
 use crate::image::{ImageError, ImageStore, StoredImage};
@@ -968,6 +968,20 @@ impl Runtime for WasmRuntime {
         let mut images: Vec<Image> = by_id.into_values().collect();
         images.sort_by(|a, b| a.repo_tags.cmp(&b.repo_tags));
         Ok(images)
+    }
+
+    async fn image_fs_info(&self) -> Result<Vec<FilesystemUsage>> {
+        let images = self.inner.images.clone();
+        let (bytes, inodes) = tokio::task::spawn_blocking(move || images.usage())
+            .await
+            .map_err(|e| Error::Internal(format!("measuring the image store: {e}")))?
+            .map_err(|e| Error::Internal(format!("measuring the image store: {e}")))?;
+        Ok(vec![FilesystemUsage {
+            timestamp: Timestamp::now(),
+            mountpoint: self.inner.images.root().to_owned(),
+            used_bytes: Some(bytes),
+            inodes_used: Some(inodes),
+        }])
     }
 
     async fn remove_image(&self, image: &str) -> Result<()> {

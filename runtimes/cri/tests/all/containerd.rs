@@ -125,6 +125,17 @@ async fn run_busybox(containerd: &Containerd) -> Result<()> {
         .await?
         .context("busybox was imported")?;
     ensure!(image.id.starts_with("sha256:"), "{image:?}");
+    let fs = runtime.image_fs_info().await?;
+    // containerd samples usage every `stats_collect_period` (10 s), so a fresh daemon
+    // may still say 0 bytes; the filesystem and the fields are what is checked here.
+    ensure!(
+        fs.iter().any(|f| f.used_bytes.is_some()
+            && f.inodes_used.is_some()
+            && f.mountpoint.starts_with(&containerd.layout().dir)
+            && f.mountpoint
+                .ends_with("io.containerd.snapshotter.v1.overlayfs")),
+        "ImageFsInfo reports the private root's snapshotter: {fs:?}"
+    );
     ensure!(
         runtime
             .image_status("localhost/wasmlet-test/absent:1")

@@ -734,6 +734,17 @@ impl ImageService for Fake {
         &self,
         _: Request<cri::ImageFsInfoRequest>,
     ) -> Result<Response<cri::ImageFsInfoResponse>, Status> {
-        Err(Status::unimplemented("ImageFsInfo is not faked"))
+        // What containerd reports for its overlayfs snapshotter.
+        Ok(Response::new(cri::ImageFsInfoResponse {
+            image_filesystems: vec![cri::FilesystemUsage {
+                timestamp: 1_700_000_000_000_000_000,
+                fs_id: Some(cri::FilesystemIdentifier {
+                    mountpoint: "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs".into(),
+                }),
+                used_bytes: Some(cri::UInt64Value { value: 4096 }),
+                inodes_used: Some(cri::UInt64Value { value: 12 }),
+            }],
+            container_filesystems: Vec::new(),
+        }))
     }
 }

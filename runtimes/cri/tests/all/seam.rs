@@ -394,6 +394,18 @@ async fn images() {
     r.remove_image("registry.local/busybox:1").await.unwrap();
     r.remove_image("registry.local/busybox:1").await.unwrap();
     assert!(r.list_images().await.unwrap().is_empty());
+
+    let fs = r.image_fs_info().await.unwrap();
+    assert_eq!(fs.len(), 1);
+    assert_eq!(
+        fs[0].mountpoint,
+        std::path::Path::new("/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs")
+    );
+    assert_eq!(
+        (fs[0].used_bytes, fs[0].inodes_used),
+        (Some(4096), Some(12))
+    );
+    assert_eq!(fs[0].timestamp.as_second(), 1_700_000_000);
     s.server.stop().await;
 }
 

@@ -367,3 +367,21 @@ fn an_import_racing_a_remove_keeps_every_blob_it_names() -> Result<()> {
         checked
     })
 }
+
+#[tokio::test]
+async fn image_fs_info_counts_the_stores_bytes() -> Result<()> {
+    let fx = Fixture::new()?;
+    let empty = fx.runtime.image_fs_info().await?;
+    assert_eq!(empty.len(), 1);
+    assert_eq!(empty[0].mountpoint, fx.path().join("images"));
+    fx.import("hello")?;
+    let used = fx.runtime.image_fs_info().await?;
+    let wasm_bytes = example_wasm("hello").len() as u64;
+    let (before, after) = (empty[0].used_bytes.unwrap(), used[0].used_bytes.unwrap());
+    assert!(
+        after >= before + wasm_bytes,
+        "{before} bytes before, {after} after importing a {wasm_bytes}-byte module"
+    );
+    assert!(used[0].inodes_used.unwrap() > empty[0].inodes_used.unwrap());
+    Ok(())
+}
