@@ -423,13 +423,19 @@ impl WasmRuntime {
             let Some(c) = map.get_mut(&r.container_id) else {
                 continue;
             };
-            c.started_at = r.started_at;
-            c.finished_at = r.finished_at;
-            c.state = match r.state {
+            let reported = match r.state {
                 ReportState::Created => ContainerState::Created,
                 ReportState::Running => ContainerState::Running,
                 ReportState::Exited => ContainerState::Exited,
             };
+            // A Started or Exited message that arrived after the report was made has
+            // already moved the container on; states only move forward.
+            if progress(reported) < progress(c.state) {
+                continue;
+            }
+            c.started_at = r.started_at;
+            c.finished_at = r.finished_at;
+            c.state = reported;
             if let Some(exit) = r.exit {
                 c.exit_code = exit.code;
                 c.reason = exit.reason;
@@ -529,6 +535,16 @@ impl WasmRuntime {
             log_path: sandbox.log_directory.join(&config.log_path),
             memory_limit_bytes: config.resources.memory_limit_bytes,
         }
+    }
+}
+
+/// How far along its life a container is.
+fn progress(state: ContainerState) -> u8 {
+    match state {
+        ContainerState::Created => 1,
+        ContainerState::Running => 2,
+        ContainerState::Exited => 3,
+        ContainerState::Unknown => 0,
     }
 }
 
