@@ -11,6 +11,7 @@ pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod duration;
+pub mod machine;
 pub mod node;
 pub mod pleg;
 pub mod podconfig;

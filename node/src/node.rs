@@ -61,6 +61,17 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     for dir in [&config.root_dir, &config.pod_logs_dir] {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
+    match crate::machine::MachineInfo::read(&crate::machine::HostPaths::default()) {
+        Ok(m) => tracing::info!(
+            cpus = m.cpus,
+            memory_mib = m.memory_bytes >> 20,
+            kernel = %m.kernel_version,
+            os = %m.os_image,
+            arch = %m.architecture,
+            "machine"
+        ),
+        Err(e) => tracing::warn!("cannot read the machine's resources: {e}"),
+    }
     let wasm = WasmRuntime::new(WasmRuntimeConfig {
         image_dir: config.image_store_dir(),
         compile_cache_dir: config.compile_cache_dir(),
