@@ -88,6 +88,9 @@ struct KubeletConfiguration {
     cluster_dns: Option<Vec<String>>,
     cluster_domain: Option<String>,
     resolv_conf: Option<String>,
+    kube_reserved: Option<BTreeMap<String, String>>,
+    system_reserved: Option<BTreeMap<String, String>>,
+    eviction_hard: Option<BTreeMap<String, String>>,
     wasmlet: Option<WasmletSection>,
     #[serde(flatten)]
     other: BTreeMap<String, serde_json::Value>,
@@ -137,6 +140,8 @@ pub struct NodeConfig {
     pub cri: Option<CriSettings>,
     /// `clusterDNS`, `clusterDomain` and `resolvConf`.
     pub dns: crate::podspec::ClusterDns,
+    /// `kubeReserved`, `systemReserved` and `evictionHard`.
+    pub reservations: crate::allocatable::Reservations,
     pub sandbox_program: PathBuf,
     pub sandbox_args: Vec<String>,
 }
@@ -356,6 +361,35 @@ impl NodeFlags {
             },
         };
 
+        let mut reserved = |what: &str, map: &Option<BTreeMap<String, String>>| {
+            let mut out = BTreeMap::new();
+            for (name, value) in map.iter().flatten() {
+                let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(value.clone());
+                match crate::quantity::parse(&q) {
+                    Ok(v) if v >= 0.0 => {
+                        out.insert(name.clone(), q);
+                    }
+                    _ => errors.push(format!("{what}.{name}: {value:?} is not a quantity")),
+                }
+            }
+            out
+        };
+        let kube_reserved = reserved("kubeReserved", &file.kube_reserved);
+        let system_reserved = reserved("systemReserved", &file.system_reserved);
+        let eviction_hard = match &file.eviction_hard {
+            // Setting evictionHard replaces the defaults, as in the kubelet.
+            Some(map) => crate::allocatable::parse_eviction_hard(map).unwrap_or_else(|e| {
+                errors.extend(e);
+                Default::default()
+            }),
+            None => crate::allocatable::default_eviction_hard(),
+        };
+        let reservations = crate::allocatable::Reservations {
+            kube_reserved,
+            system_reserved,
+            eviction_hard,
+        };
+
         let node_name = match &self.hostname_override {
             Some(n) => n.trim().to_lowercase(),
             None => hostname().to_lowercase(),
@@ -438,6 +472,7 @@ impl NodeFlags {
             runtime_handlers,
             cri,
             dns,
+            reservations,
             sandbox_program,
             sandbox_args,
         })
@@ -514,6 +549,10 @@ mod tests {
         assert_eq!(c.sandbox_args, ["sandbox"]);
         assert!(c.dns.servers.is_empty());
         assert_eq!(
+            c.reservations.eviction_hard,
+            crate::allocatable::default_eviction_hard()
+        );
+        assert_eq!(
             c.dns.resolv_conf.as_deref(),
             Some(std::path::Path::new("/etc/resolv.conf"))
         );
@@ -533,6 +572,8 @@ mod tests {
              podLogsDir: /tmp/pods\n\
              clusterDNS: [10.96.0.10]\n\
              clusterDomain: cluster.local.\n\
+             kubeReserved: {cpu: 100m, memory: 256Mi}\n\
+             evictionHard: {memory.available: 200Mi}\n\
              resolvConf: \"\"\n\
              wasmlet:\n  restartBackoff: {initial: 100ms, max: 1s}\n",
         );
@@ -550,6 +591,15 @@ mod tests {
         assert_eq!(c.dns.servers, ["10.96.0.10"]);
         assert_eq!(c.dns.domain, "cluster.local");
         assert_eq!(c.dns.resolv_conf, None, "an empty resolvConf means none");
+        assert_eq!(c.reservations.kube_reserved["memory"].0, "256Mi");
+        assert_eq!(
+            c.reservations.eviction_hard,
+            BTreeMap::from([(
+                "memory.available".to_owned(),
+                crate::allocatable::Threshold::Bytes(200 << 20)
+            )]),
+            "evictionHard replaces the defaults"
+        );
     }
 
     #[test]
@@ -561,6 +611,8 @@ mod tests {
              address: not-an-ip\n\
              maxPods: -1\n\
              clusterDNS: [kube-dns]\n\
+             systemReserved: {memory: much}\n\
+             evictionHard: {memory.free: 1Gi}\n\
              wasmlet:\n  restartBackoff: {initial: 10s, max: 1s}\n",
         );
         let errors = flags.resolve().unwrap_err().0;
@@ -570,13 +622,15 @@ mod tests {
             "fileCheckFrequency",
             "readOnlyPort: 70000",
             "clusterDNS: \"kube-dns\"",
+            "systemReserved.memory: \"much\"",
+            "evictionHard: unknown signal \"memory.free\"",
             "address",
             "maxPods",
             "restartBackoff.max",
         ] {
             assert!(text.contains(want), "missing {want:?} in:\n{text}");
         }
-        assert_eq!(errors.len(), 7, "{text}");
+        assert_eq!(errors.len(), 9, "{text}");
     }
 
     #[test]

@@ -62,14 +62,26 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     match crate::machine::MachineInfo::read(&crate::machine::HostPaths::default()) {
-        Ok(m) => tracing::info!(
-            cpus = m.cpus,
-            memory_mib = m.memory_bytes >> 20,
-            kernel = %m.kernel_version,
-            os = %m.os_image,
-            arch = %m.architecture,
-            "machine"
-        ),
+        Ok(m) => {
+            tracing::info!(
+                cpus = m.cpus,
+                memory_mib = m.memory_bytes >> 20,
+                kernel = %m.kernel_version,
+                os = %m.os_image,
+                arch = %m.architecture,
+                "machine"
+            );
+            let fs = crate::machine::fs_stats(&config.root_dir).ok();
+            let capacity = crate::allocatable::Resources::capacity(&m, fs, config.max_pods);
+            match capacity.allocatable(&config.reservations) {
+                Ok(a) => tracing::info!(
+                    capacity = ?capacity.to_list().iter().map(|(k, v)| format!("{k}={}", v.0)).collect::<Vec<_>>(),
+                    allocatable = ?a.to_list().iter().map(|(k, v)| format!("{k}={}", v.0)).collect::<Vec<_>>(),
+                    "node resources"
+                ),
+                Err(e) => tracing::warn!("cannot compute allocatable resources: {e}"),
+            }
+        }
         Err(e) => tracing::warn!("cannot read the machine's resources: {e}"),
     }
     let wasm = WasmRuntime::new(WasmRuntimeConfig {

@@ -45,6 +45,34 @@ pub fn bytes(q: &Quantity) -> Result<u64, String> {
     Ok(v.ceil() as u64)
 }
 
+/// Bytes in Kubernetes' binary canonical form (`24683656Ki`, `2Gi`, `1000`), as
+/// `resource.NewQuantity(n, BinarySI)` prints them.
+pub fn binary_si(bytes: u64) -> Quantity {
+    const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    if bytes == 0 {
+        return Quantity("0".into());
+    }
+    let mut value = bytes;
+    let mut suffix = "";
+    for s in SUFFIXES {
+        if !value.is_multiple_of(1024) {
+            break;
+        }
+        value /= 1024;
+        suffix = s;
+    }
+    Quantity(format!("{value}{suffix}"))
+}
+
+/// Millicores in Kubernetes' decimal canonical form (`2`, `1500m`).
+pub fn milli_cpu(milli: u64) -> Quantity {
+    if milli.is_multiple_of(1000) {
+        Quantity(format!("{}", milli / 1000))
+    } else {
+        Quantity(format!("{milli}m"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +95,15 @@ mod tests {
         assert!(parse(&Quantity("lots".into())).is_err());
         assert!(parse(&Quantity("1Qi".into())).is_err());
         assert_eq!(bytes(&Quantity("0.5Ki".into())).unwrap(), 512);
+    }
+
+    #[test]
+    fn canonical_forms() {
+        assert_eq!(binary_si(24683656 * 1024).0, "24683656Ki");
+        assert_eq!(binary_si(2 << 30).0, "2Gi");
+        assert_eq!(binary_si(1000).0, "1000");
+        assert_eq!(binary_si(0).0, "0");
+        assert_eq!(milli_cpu(2000).0, "2");
+        assert_eq!(milli_cpu(1500).0, "1500m");
     }
 }
