@@ -160,7 +160,7 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
             Arc::new(move || h.check(started, pleg_threshold))
         }),
     ];
-    let runtime_state = RuntimeState::default();
+    let runtime_state = RuntimeState::new(&router);
     tokio::spawn(runtime_state.clone().run(router.clone(), cancel.clone()));
     let ready_checks: Vec<(&'static str, Check)> = vec![("runtime", {
         let s = runtime_state.clone();

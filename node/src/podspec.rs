@@ -179,6 +179,30 @@ fn supplemental_groups(spec: &PodSpec) -> Vec<i64> {
     groups
 }
 
+/// What the kubelet hides in a container with the default `procMount`.
+pub const DEFAULT_MASKED_PATHS: [&str; 11] = [
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+
+/// What the kubelet mounts read-only in a container with the default `procMount`.
+pub const DEFAULT_READONLY_PATHS: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
 /// A container's effective security context: its own settings over the pod's.
 pub fn container_security(spec: &PodSpec, c: &Container) -> ContainerSecurity {
     let pod = spec.security_context.clone().unwrap_or_default();
@@ -193,6 +217,17 @@ pub fn container_security(spec: &PodSpec, c: &Container) -> ContainerSecurity {
         no_new_privs: own.allow_privilege_escalation == Some(false),
         capabilities_add: caps.add.unwrap_or_default(),
         capabilities_drop: caps.drop.unwrap_or_default(),
+        masked_paths: masked_or_none(&own, &DEFAULT_MASKED_PATHS),
+        readonly_paths: masked_or_none(&own, &DEFAULT_READONLY_PATHS),
+    }
+}
+
+/// `procMount: Unmasked` masks nothing; the default masks the kubelet's list.
+fn masked_or_none(sc: &k8s_openapi::api::core::v1::SecurityContext, paths: &[&str]) -> Vec<String> {
+    if sc.proc_mount.as_deref() == Some("Unmasked") {
+        Vec::new()
+    } else {
+        paths.iter().map(|p| (*p).to_owned()).collect()
     }
 }
 
@@ -519,6 +554,17 @@ mod tests {
         assert!(sc.readonly_rootfs && sc.no_new_privs && !sc.privileged);
         assert_eq!(sc.capabilities_add, ["NET_ADMIN"]);
         assert_eq!(sc.capabilities_drop, ["ALL"]);
+        assert!(sc.masked_paths.contains(&"/proc/kcore".to_owned()));
+        assert!(sc.readonly_paths.contains(&"/proc/sys".to_owned()));
+        let unmasked = Container {
+            security_context: Some(SecurityContext {
+                proc_mount: Some("Unmasked".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let sc = container_security(&spec, &unmasked);
+        assert!(sc.masked_paths.is_empty() && sc.readonly_paths.is_empty());
         let sandbox = sandbox_security(&spec);
         assert_eq!(sandbox.run_as_user, Some(2000));
         assert!(sandbox.privileged, "one container is privileged");

@@ -25,7 +25,7 @@ struct Entry {
 }
 
 /// The last known readiness of every runtime.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct RuntimeState {
     entries: Arc<Mutex<Vec<Entry>>>,
 }
@@ -48,6 +48,21 @@ pub fn problem(status: Result<RuntimeStatus, wasmlet_runtime::Error>) -> Option<
 }
 
 impl RuntimeState {
+    /// The state of `router`'s runtimes, none of them asked yet (so not ready).
+    pub fn new(router: &RuntimeRouter) -> Self {
+        let entries = router
+            .runtimes()
+            .iter()
+            .map(|r| Entry {
+                runtime: r.name().to_owned(),
+                problem: None,
+            })
+            .collect();
+        RuntimeState {
+            entries: Arc::new(Mutex::new(entries)),
+        }
+    }
+
     /// `Ok` with a line per runtime when every runtime is ready, else `Err` naming the
     /// ones that are not and why.
     pub fn check(&self) -> Result<String, String> {
@@ -81,15 +96,10 @@ impl RuntimeState {
     }
 
     /// Asks every runtime now and then every [`STATUS_PERIOD`] until cancelled.
+    /// `router` must be the one this state was made from.
     pub async fn run(self, router: RuntimeRouter, cancel: CancellationToken) {
+        // The same runtimes, in the same order, as [`RuntimeState::new`] listed.
         let runtimes: Vec<Arc<dyn Runtime>> = router.runtimes();
-        *self.entries.lock().unwrap() = runtimes
-            .iter()
-            .map(|r| Entry {
-                runtime: r.name().to_owned(),
-                problem: None,
-            })
-            .collect();
         let mut tick = tokio::time::interval(STATUS_PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -139,7 +149,9 @@ mod tests {
 
     #[test]
     fn the_check_names_every_runtime_that_is_not_ready() {
-        let state = RuntimeState::default();
+        let state = RuntimeState {
+            entries: Arc::default(),
+        };
         *state.entries.lock().unwrap() = vec![
             Entry {
                 runtime: "wasm".into(),

@@ -243,8 +243,13 @@ impl PodSyncer {
             },
         };
         if !st.adopted {
-            match self.adopt(&*runtime, pod, st).await {
-                Ok(()) => st.adopted = true,
+            // On a draft: an adoption that fails half-way leaves nothing behind.
+            let mut draft = st.clone();
+            match self.adopt(&*runtime, pod, &mut draft).await {
+                Ok(()) => {
+                    *st = draft;
+                    st.adopted = true;
+                }
                 Err(e) => {
                     // Creating anything now could duplicate what is already running.
                     let message = format!("listing the runtime's sandboxes and containers: {e}");
@@ -271,7 +276,8 @@ impl PodSyncer {
         }
 
         if !st.sandbox.as_ref().is_some_and(|s| s.ready) {
-            if restart_policy(pod) == "Never" && st.sandbox_attempts > 0 {
+            let ran = st.containers.values().any(|r| r.current.is_some());
+            if restart_policy(pod) == "Never" && st.sandbox_attempts > 0 && ran {
                 // Like the kubelet: a Never pod whose sandbox died is not started again;
                 // its containers are reported as they ended.
                 return SyncOutcome::default();
@@ -343,6 +349,13 @@ impl PodSyncer {
                     rec.waiting = None;
                     continue;
                 }
+                // Created but never started (the node stopped in between), or in an
+                // unknown state: always started again, as the kubelet does.
+                Some(cs)
+                    if matches!(cs.state, ContainerState::Created | ContainerState::Unknown) =>
+                {
+                    true
+                }
                 // Exited, or lost with a sandbox that died: restart within the policy
                 // and the back-off, as every container start does.
                 Some(cs) => {
@@ -391,8 +404,14 @@ impl PodSyncer {
                 Ok(status) => {
                     let rec = st.containers.get_mut(&c.name).expect("inserted above");
                     if let Some(prev) = rec.current.take() {
-                        // Keep one dead instance per container, as container GC does.
-                        if let Some(older) = rec.last_terminated.replace(prev) {
+                        if matches!(
+                            prev.state,
+                            ContainerState::Created | ContainerState::Unknown
+                        ) {
+                            // It never ran: nothing to keep.
+                            let _ = runtime.remove_container(&prev.id).await;
+                        } else if let Some(older) = rec.last_terminated.replace(prev) {
+                            // Keep one dead instance per container, as container GC does.
                             let _ = runtime.remove_container(&older.id).await;
                         }
                     }

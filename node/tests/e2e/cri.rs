@@ -480,4 +480,32 @@ fn the_pod_spec_reaches_the_container_through_cri() {
     has("port_start 0");
     // requests.cpu 250m -> 256 shares; limits.cpu 500m -> 50 ms per 100 ms period.
     has("cpu 256 50000");
+
+    // The kubelet's default masked and read-only paths, even for root.
+    node.write_manifest(
+        "masked.yaml",
+        &busybox_pod(
+            "masked",
+            "Never",
+            2,
+            "echo firmware $(ls /sys/firmware | wc -l); echo timers $(wc -c < /proc/timer_list); \
+             if echo 1 > /proc/sys/kernel/ns_last_pid; then echo sys writable; else echo sys read-only; fi",
+        ),
+    )
+    .unwrap();
+    let masked = node
+        .wait_pod("masked", LONG, |p| phase(p) == "Succeeded")
+        .unwrap();
+    let lines: Vec<String> = node
+        .container_log(&masked, "main", 0)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.text)
+        .collect();
+    for want in ["firmware 0", "timers 0", "sys read-only"] {
+        assert!(
+            lines.iter().any(|l| l == want),
+            "{want:?} not in {lines:#?}"
+        );
+    }
 }

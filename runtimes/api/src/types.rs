@@ -115,6 +115,10 @@ pub struct ContainerSecurity {
     pub no_new_privs: bool,
     pub capabilities_add: Vec<String>,
     pub capabilities_drop: Vec<String>,
+    /// Paths hidden in the container (`/proc/kcore`, …), per `procMount`.
+    pub masked_paths: Vec<String>,
+    /// Paths mounted read-only in the container (`/proc/sys`, …), per `procMount`.
+    pub readonly_paths: Vec<String>,
 }
 
 /// A host device made available in a container.

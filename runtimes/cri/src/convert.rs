@@ -190,6 +190,9 @@ pub(crate) fn container_security_context(
         readonly_rootfs: s.readonly_rootfs,
         supplemental_groups: s.supplemental_groups.clone(),
         no_new_privs: s.no_new_privs,
+        // containerd applies exactly these (an empty list masks nothing).
+        masked_paths: s.masked_paths.clone(),
+        readonly_paths: s.readonly_paths.clone(),
         ..Default::default()
     }
 }
@@ -883,6 +886,8 @@ mod tests {
                 no_new_privs: true,
                 capabilities_add: vec!["NET_ADMIN".into(), "SYS_TIME".into()],
                 capabilities_drop: vec!["ALL".into()],
+                masked_paths: vec!["/proc/kcore".into()],
+                readonly_paths: vec!["/proc/sys".into()],
             },
             stdin: true,
             tty: true,
@@ -954,6 +959,8 @@ mod tests {
         assert_eq!(sc.supplemental_groups, [5000]);
         assert!(sc.readonly_rootfs);
         assert!(sc.no_new_privs);
+        assert_eq!(sc.masked_paths, ["/proc/kcore"]);
+        assert_eq!(sc.readonly_paths, ["/proc/sys"]);
         assert_eq!(
             sc.capabilities,
             Some(cri::Capability {

@@ -489,6 +489,7 @@ impl Runtime for CriRuntime {
             },
             op.timeout,
         ));
+        let list_op = Op::new("ListContainers", "container", container_id).timeout(op.timeout);
         let (status, listed) = tokio::join!(status, listed);
         let status = status
             .map_err(|s| from_status(&op, s))?
@@ -499,7 +500,6 @@ impl Runtime for CriRuntime {
                     "ContainerStatus of {container_id} returned no status"
                 ))
             })?;
-        let list_op = Op::new("ListContainers", "container", container_id).timeout(op.timeout);
         let sandbox_id = listed
             .map_err(|s| from_status(&list_op, s))?
             .into_inner()

@@ -346,7 +346,10 @@ impl WasmRuntime {
                 Ok(true) => running += 1,
                 Ok(false) => {}
                 Err(e) => {
-                    tracing::warn!(dir = %dir.display(), "cannot restore a Wasm sandbox: {e}; removing its record");
+                    // Without a record the pod cannot be adopted; a process still serving
+                    // the socket would run the pod a second time.
+                    tracing::warn!(dir = %dir.display(), "cannot restore a Wasm sandbox: {e}; stopping it and removing its record");
+                    kill_processes_serving(&dir.join("sandbox.sock"));
                     let _ = std::fs::remove_dir_all(&dir);
                 }
             }
@@ -374,7 +377,12 @@ impl WasmRuntime {
                 }
             }
         }
-        let stream = UnixStream::connect(dir.join("sandbox.sock")).await.ok();
+        let socket = dir.join("sandbox.sock");
+        let stream = UnixStream::connect(&socket).await.ok();
+        if stream.is_none() {
+            // Unreachable: whatever still serves it cannot be adopted, only duplicated.
+            kill_processes_serving(&socket);
+        }
         let (exited_tx, exited_rx) = watch::channel(stream.is_none());
         let (read, write) = match stream {
             Some(s) => {
@@ -411,10 +419,16 @@ impl WasmRuntime {
             return Ok(false);
         };
         self.attach(handle.clone(), read, None, exited_tx);
-        let reports = self
-            .call(&handle, Op::List, REQUEST_TIMEOUT)
-            .await
-            .map_err(|e| format!("listing the containers of sandbox {}: {e}", record.id))?;
+        let reports = match self.call(&handle, Op::List, REQUEST_TIMEOUT).await {
+            Ok(reports) => reports,
+            Err(e) => {
+                // A sandbox that does not answer is ended, and reported not ready (its
+                // connection closes) for the node to replace; its record stays until then.
+                tracing::warn!(sandbox = %record.id, "listing the containers of an adopted sandbox: {e}; stopping it");
+                kill_processes_serving(&socket);
+                return Ok(false);
+            }
+        };
         let now = Timestamp::now();
         let mut map = self.inner.containers.lock().unwrap();
         let mut known = std::collections::HashSet::new();
@@ -534,6 +548,30 @@ impl WasmRuntime {
                 .collect(),
             log_path: sandbox.log_directory.join(&config.log_path),
             memory_limit_bytes: config.resources.memory_limit_bytes,
+        }
+    }
+}
+
+/// SIGKILLs every process whose command line names `socket` (a sandbox is started
+/// with `--socket <path>`), so that an unreachable sandbox never runs beside its
+/// replacement.
+fn kill_processes_serving(socket: &std::path::Path) {
+    let needle = socket.as_os_str().as_encoded_bytes();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for pid in entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    {
+        let serves = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle));
+        if serves && pid != std::process::id() as i32 {
+            tracing::warn!(pid, socket = %socket.display(), "killing an unreachable sandbox process");
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 }

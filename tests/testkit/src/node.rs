@@ -313,7 +313,11 @@ impl TestNode {
     /// The node's Wasm sandbox processes: its children, and sandboxes it adopted.
     pub fn sandbox_pids(&self) -> Vec<u32> {
         let pid = self.pid();
-        let mut pids = children_of(pid);
+        let mut pids = if pid == 0 {
+            Vec::new()
+        } else {
+            children_of(pid)
+        };
         for p in processes_mentioning(&self.root) {
             if p != pid && !pids.contains(&p) {
                 pids.push(p);
@@ -359,7 +363,12 @@ pub fn processes_mentioning(path: &Path) -> Vec<u32> {
 impl Drop for TestNode {
     fn drop(&mut self) {
         let pid = self.pid();
-        let mut sandboxes = children_of(pid);
+        // No node process (killed and not restarted): no children to look for.
+        let mut sandboxes = if pid == 0 {
+            Vec::new()
+        } else {
+            children_of(pid)
+        };
         // Sandboxes adopted after a restart are not the node's children.
         for p in processes_mentioning(&self.root) {
             if p != pid && !sandboxes.contains(&p) {

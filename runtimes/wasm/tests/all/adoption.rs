@@ -88,3 +88,39 @@ async fn a_sandbox_that_died_meanwhile_is_reported_not_ready() -> Result<()> {
     assert!(next.list_containers().await?.is_empty());
     Ok(())
 }
+
+#[tokio::test]
+async fn an_unreachable_sandbox_is_stopped_rather_than_run_twice() -> Result<()> {
+    let fx = Fixture::with_images(&["ticker"])?;
+    let pod = fx.pod("ticker").await?;
+    let ticker = fx.run(&pod, &pod.container("ticker", "ticker")).await?;
+    fx.wait_for_state(&ticker, ContainerState::Running).await?;
+    let pid = fx.runtime.sandbox_pid(&pod.id).expect("sandbox pid");
+    // Its socket is gone (deleted by hand): the process runs but cannot be reached.
+    let dir = std::fs::read_dir(fx.path().join("sandboxes"))?
+        .next()
+        .expect("a sandbox directory")?
+        .path();
+    std::fs::remove_file(dir.join("sandbox.sock"))?;
+
+    let next = fx.reopen()?;
+    assert_eq!(next.restore().await, 0);
+    assert_eq!(
+        next.list_pod_sandboxes().await?[0].state,
+        SandboxState::NotReady,
+        "reported for the node to replace"
+    );
+    poll_until("the unreachable sandbox process is killed", async || {
+        Ok(fx
+            .runtime
+            .container_status(&ticker)
+            .await?
+            .state
+            .eq(&ContainerState::Exited)
+            .then_some(()))
+    })
+    .await?;
+    // The first runtime reaps its child before it reports the container exited.
+    assert!(!process_exists(pid), "the sandbox process {pid} is gone");
+    Ok(())
+}
