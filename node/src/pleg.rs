@@ -31,41 +31,68 @@ pub struct PodLifecycleEvent {
     pub kind: LifecycleKind,
 }
 
-/// When the PLEG last relisted every runtime, and how long that took, for `/healthz`.
+/// When a relist started and how long it took.
+type Relisted = (Instant, Duration);
+
+/// When the PLEG last relisted each runtime, and how long that took, for `/healthz`.
 #[derive(Clone, Default)]
 pub struct RelistHealth {
-    last: Arc<Mutex<Option<(Instant, Duration)>>>,
+    /// Per runtime (by index): its last successful relist.
+    last: Arc<Mutex<Vec<Option<Relisted>>>>,
 }
 
 impl RelistHealth {
-    /// Records a relist of every runtime that started at `at` and took `took`.
-    pub fn record(&self, at: Instant, took: Duration) {
-        *self.last.lock().unwrap() = Some((at, took));
+    /// Expects `n` runtimes; until each has relisted once, the PLEG counts from start.
+    pub fn expect(&self, n: usize) {
+        self.last.lock().unwrap().resize(n, None);
     }
 
-    /// How long the last complete relist took.
+    /// Records a relist of runtime `i` that started at `at` and took `took`.
+    pub fn record(&self, i: usize, at: Instant, took: Duration) {
+        let mut last = self.last.lock().unwrap();
+        if last.len() <= i {
+            last.resize(i + 1, None);
+        }
+        last[i] = Some((at, took));
+    }
+
+    /// The longest of the runtimes' last relists.
     pub fn latency(&self) -> Option<Duration> {
-        self.last.lock().unwrap().map(|(_, took)| took)
+        self.last
+            .lock()
+            .unwrap()
+            .iter()
+            .flatten()
+            .map(|(_, took)| *took)
+            .max()
     }
 
-    /// The last relist and its latency, or `Err` with a reason when no relist of
-    /// every runtime succeeded within `threshold` (the kubelet's `PLEG is not healthy`).
+    /// The oldest runtime's last relist and the longest latency, or `Err` with a reason
+    /// when some runtime has not been relisted within `threshold` (the kubelet's
+    /// `PLEG is not healthy`).
     pub fn check(&self, started: Instant, threshold: Duration) -> Result<String, String> {
-        let last = *self.last.lock().unwrap();
-        let since = last.map_or(started, |(at, _)| at).elapsed();
+        let last = self.last.lock().unwrap().clone();
+        let oldest = if last.is_empty() || last.iter().any(Option::is_none) {
+            None
+        } else {
+            last.iter().flatten().map(|(at, _)| *at).min()
+        };
+        let since = oldest.unwrap_or(started).elapsed();
         if since > threshold {
             return Err(format!(
                 "pleg was last seen active {since:.0?} ago; threshold is {threshold:?}"
             ));
         }
-        Ok(match last {
-            Some((_, took)) => format!("last relist {since:.0?} ago, took {took:.1?}"),
-            None => "no relist yet".to_owned(),
+        Ok(match (oldest, self.latency()) {
+            (Some(_), Some(took)) => format!("last relist {since:.0?} ago, took {took:.1?}"),
+            _ => "no relist yet".to_owned(),
         })
     }
 }
 
-/// Runs the PLEG until cancelled.
+/// Runs the PLEG until cancelled: per runtime, a relist on `period` and the runtime's
+/// own events, each in a task of its own, so that a runtime that hangs delays no
+/// other runtime's pods.
 pub async fn run(
     router: RuntimeRouter,
     period: Duration,
@@ -73,77 +100,92 @@ pub async fn run(
     tx: mpsc::Sender<PodLifecycleEvent>,
     cancel: CancellationToken,
 ) {
-    let (push_tx, mut push_rx) = mpsc::unbounded_channel();
-    for runtime in router.runtimes() {
-        let mut events = runtime.subscribe();
-        let push_tx = push_tx.clone();
-        let cancel = cancel.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = cancel.cancelled() => return,
-                    ev = events.recv() => match ev {
-                        Ok(ev) => { let _ = push_tx.send(ev); }
-                        // Lagged: the relist catches whatever was missed.
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                    },
-                }
-            }
-        });
-    }
     let runtimes = router.runtimes();
-    // One listing per runtime: a runtime that cannot be listed keeps its last listing,
-    // so an outage of one runtime is not read as its containers being removed, and the
-    // others' pods still get their events.
-    let mut previous: Vec<Listing> = vec![HashMap::new(); runtimes.len()];
-    let mut failing: Vec<bool> = vec![false; runtimes.len()];
+    health.expect(runtimes.len());
+    for (i, runtime) in runtimes.into_iter().enumerate() {
+        tokio::spawn(forward_events(runtime.clone(), tx.clone(), cancel.clone()));
+        tokio::spawn(relist_loop(
+            i,
+            runtime,
+            period,
+            health.clone(),
+            tx.clone(),
+            cancel.clone(),
+        ));
+    }
+    cancel.cancelled().await;
+}
+
+/// Passes a runtime's pushed events on as lifecycle events.
+async fn forward_events(
+    runtime: Arc<dyn Runtime>,
+    tx: mpsc::Sender<PodLifecycleEvent>,
+    cancel: CancellationToken,
+) {
+    let mut events = runtime.subscribe();
+    loop {
+        let ev = tokio::select! {
+            () = cancel.cancelled() => return,
+            ev = events.recv() => match ev {
+                Ok(ev) => ev,
+                // Lagged: the relist catches whatever was missed.
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            },
+        };
+        let kind = match ev.kind {
+            ContainerEventKind::Started => LifecycleKind::ContainerStarted,
+            ContainerEventKind::Stopped => LifecycleKind::ContainerDied,
+            ContainerEventKind::Deleted => LifecycleKind::ContainerRemoved,
+            ContainerEventKind::Created => continue,
+        };
+        let event = PodLifecycleEvent {
+            pod_uid: ev.pod_uid,
+            container_id: ev.container_id,
+            kind,
+        };
+        if tx.send(event).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Relists one runtime every `period`. A runtime that cannot be listed keeps its last
+/// listing, so an outage is not read as its containers being removed.
+async fn relist_loop(
+    i: usize,
+    runtime: Arc<dyn Runtime>,
+    period: Duration,
+    health: RelistHealth,
+    tx: mpsc::Sender<PodLifecycleEvent>,
+    cancel: CancellationToken,
+) {
+    let mut previous = Listing::new();
+    let mut failing = false;
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
-            _ = tick.tick() => {
-                let at = Instant::now();
-                let mut all_listed = true;
-                for (i, runtime) in runtimes.iter().enumerate() {
-                    match relist(&**runtime).await {
-                        Ok(current) => {
-                            if std::mem::replace(&mut failing[i], false) {
-                                tracing::info!(runtime = runtime.name(), "PLEG relist succeeds again");
-                            }
-                            for ev in diff(&previous[i], &current) {
-                                if tx.send(ev).await.is_err() {
-                                    return;
-                                }
-                            }
-                            previous[i] = current;
-                        }
-                        Err(e) => {
-                            all_listed = false;
-                            if !std::mem::replace(&mut failing[i], true) {
-                                tracing::warn!(runtime = runtime.name(), "PLEG relist failed: {e}");
-                            }
-                        }
+            _ = tick.tick() => {}
+        }
+        let at = Instant::now();
+        match relist(&*runtime).await {
+            Ok(current) => {
+                health.record(i, at, at.elapsed());
+                if std::mem::replace(&mut failing, false) {
+                    tracing::info!(runtime = runtime.name(), "PLEG relist succeeds again");
+                }
+                for ev in diff(&previous, &current) {
+                    if tx.send(ev).await.is_err() {
+                        return;
                     }
                 }
-                if all_listed {
-                    health.record(at, at.elapsed());
-                }
+                previous = current;
             }
-            Some(ev) = push_rx.recv() => {
-                let kind = match ev.kind {
-                    ContainerEventKind::Started => LifecycleKind::ContainerStarted,
-                    ContainerEventKind::Stopped => LifecycleKind::ContainerDied,
-                    ContainerEventKind::Deleted => LifecycleKind::ContainerRemoved,
-                    ContainerEventKind::Created => LifecycleKind::ContainerChanged,
-                };
-                if ev.kind == ContainerEventKind::Created {
-                    continue;
-                }
-                let event = PodLifecycleEvent { pod_uid: ev.pod_uid, container_id: ev.container_id, kind };
-                if tx.send(event).await.is_err() {
-                    return;
+            Err(e) => {
+                if !std::mem::replace(&mut failing, true) {
+                    tracing::warn!(runtime = runtime.name(), "PLEG relist failed: {e}");
                 }
             }
         }
@@ -244,12 +286,32 @@ mod tests {
         let threshold = Duration::from_secs(180);
         assert_eq!(health.check(started, threshold).unwrap(), "no relist yet");
         tokio::time::advance(Duration::from_secs(170)).await;
-        health.record(Instant::now(), Duration::from_millis(3));
+        health.record(0, Instant::now(), Duration::from_millis(3));
         tokio::time::advance(Duration::from_secs(179)).await;
         let ok = health.check(started, threshold).unwrap();
         assert_eq!(ok, "last relist 179s ago, took 3.0ms");
         tokio::time::advance(Duration::from_secs(2)).await;
         let err = health.check(started, threshold).unwrap_err();
         assert!(err.contains("pleg was last seen active"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_runtime_must_relist_for_the_pleg_to_be_healthy() {
+        let health = RelistHealth::default();
+        health.expect(2);
+        let started = Instant::now();
+        let threshold = Duration::from_secs(180);
+        for _ in 0..4 {
+            tokio::time::advance(Duration::from_secs(60)).await;
+            // The Wasm runtime relists; the CRI runtime hangs.
+            health.record(0, Instant::now(), Duration::from_millis(1));
+        }
+        let err = health.check(started, threshold).unwrap_err();
+        assert!(err.contains("240s"), "{err}");
+        health.record(1, Instant::now(), Duration::from_millis(40));
+        assert_eq!(
+            health.check(started, threshold).unwrap(),
+            "last relist 0ns ago, took 40.0ms"
+        );
     }
 }

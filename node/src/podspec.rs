@@ -60,7 +60,13 @@ pub fn dns_config(pod: &Pod, cluster: &ClusterDns) -> Result<DnsConfig, String> 
     let host_network = spec.host_network.unwrap_or(false);
     let host = || -> Result<DnsConfig, String> {
         match &cluster.resolv_conf {
-            None => Ok(DnsConfig::default()),
+            // `resolvConf: ""`: the kubelet disables lookups through the host's
+            // resolver rather than let the runtime copy /etc/resolv.conf.
+            None => Ok(DnsConfig {
+                servers: vec!["127.0.0.1".into()],
+                searches: vec![".".into()],
+                options: Vec::new(),
+            }),
             Some(path) => std::fs::read_to_string(path)
                 .map(|t| parse_resolv_conf(&t))
                 .map_err(|e| {
@@ -167,16 +173,13 @@ pub fn sandbox_security(spec: &PodSpec) -> SandboxSecurity {
     }
 }
 
-/// The pod's supplemental groups, then its fsGroup, as the kubelet passes them.
+/// The pod's fsGroup, then its supplemental groups, as the kubelet passes them.
 fn supplemental_groups(spec: &PodSpec) -> Vec<i64> {
     let sc = spec.security_context.clone().unwrap_or_default();
-    let mut groups = sc.supplemental_groups.unwrap_or_default();
-    if let Some(fs_group) = sc.fs_group
-        && !groups.contains(&fs_group)
-    {
-        groups.push(fs_group);
-    }
-    groups
+    sc.fs_group
+        .into_iter()
+        .chain(sc.supplemental_groups.unwrap_or_default())
+        .collect()
 }
 
 /// What the kubelet hides in a container with the default `procMount`.
@@ -254,9 +257,11 @@ pub const CPU_PERIOD_US: u64 = 100_000;
 const MIN_SHARES: u64 = 2;
 const MIN_QUOTA_US: i64 = 1_000;
 
+const MAX_SHARES: u64 = 262_144;
+
 /// CPU shares for a request in millicores (`MilliCPUToShares`).
 pub fn milli_cpu_to_shares(milli: u64) -> u64 {
-    (milli * 1024 / 1000).max(MIN_SHARES)
+    (milli.saturating_mul(1024) / 1000).clamp(MIN_SHARES, MAX_SHARES)
 }
 
 /// CFS quota for a limit in millicores (`milliCPUToQuota`); 0 when there is none.
@@ -294,7 +299,11 @@ fn milli_cpu(
 pub fn cpu_resources(c: &Container) -> Result<(u64, Option<(i64, u64)>), String> {
     let request = milli_cpu(c, |r| r.requests.as_ref())?;
     let limit = milli_cpu(c, |r| r.limits.as_ref())?;
-    let shares = milli_cpu_to_shares(request.or(limit).unwrap_or(0));
+    // A zero (or missing) request with a limit takes the limit, as the kubelet does.
+    let shares = milli_cpu_to_shares(match request {
+        Some(r) if r > 0 => r,
+        _ => limit.unwrap_or(0),
+    });
     let quota = limit.map(|l| (milli_cpu_to_quota(l, CPU_PERIOD_US), CPU_PERIOD_US));
     Ok((shares, quota))
 }
@@ -464,6 +473,16 @@ mod tests {
         };
         let err = dns_config(&pod(PodSpec::default()), &unreadable).unwrap_err();
         assert!(err.contains("missing"), "{err}");
+        let no_resolv_conf = ClusterDns {
+            servers: vec![],
+            domain: "cluster.local".into(),
+            resolv_conf: None,
+        };
+        let dns = dns_config(&pod(PodSpec::default()), &no_resolv_conf).unwrap();
+        assert_eq!(
+            (dns.servers, dns.searches),
+            (vec!["127.0.0.1".to_owned()], vec![".".to_owned()])
+        );
     }
 
     #[test]
@@ -506,6 +525,14 @@ mod tests {
             (2, Some((1_000, 100_000)))
         );
         assert!(cpu_resources(&with(&[("cpu", "lots")], &[])).is_err());
+        assert_eq!(
+            cpu_resources(&with(&[("cpu", "0")], &[("cpu", "1")]))
+                .unwrap()
+                .0,
+            1024,
+            "a zero request takes the limit"
+        );
+        assert_eq!(milli_cpu_to_shares(1_000_000), 262_144, "clamped");
     }
 
     #[test]
@@ -550,7 +577,7 @@ mod tests {
         let sc = container_security(&spec, &c);
         assert_eq!(sc.run_as_user, Some(1000), "the container's own wins");
         assert_eq!(sc.run_as_group, Some(3000), "the pod's fills in");
-        assert_eq!(sc.supplemental_groups, [4000, 5000], "fsGroup is added");
+        assert_eq!(sc.supplemental_groups, [5000, 4000], "fsGroup first");
         assert!(sc.readonly_rootfs && sc.no_new_privs && !sc.privileged);
         assert_eq!(sc.capabilities_add, ["NET_ADMIN"]);
         assert_eq!(sc.capabilities_drop, ["ALL"]);
