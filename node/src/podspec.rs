@@ -235,20 +235,39 @@ fn masked_or_none(sc: &k8s_openapi::api::core::v1::SecurityContext, paths: &[&st
 }
 
 /// `runAsNonRoot` checked as the kubelet does before a container is created: an
-/// explicit non-zero `runAsUser` passes, an explicit 0 fails. (An image's own user
-/// is the runtime's to check.)
-pub fn verify_run_as_non_root(spec: &PodSpec, c: &Container) -> Result<(), String> {
+/// explicit `runAsUser` decides; otherwise the image's user must be numeric and not
+/// 0, and an image that names no user runs as root. `image_user` is the image's
+/// `(uid, username)` from the runtime.
+pub fn verify_run_as_non_root(
+    spec: &PodSpec,
+    c: &Container,
+    image_user: (Option<i64>, &str),
+) -> Result<(), String> {
     let pod = spec.security_context.clone().unwrap_or_default();
     let own = c.security_context.clone().unwrap_or_default();
     if own.run_as_non_root.or(pod.run_as_non_root) != Some(true) {
         return Ok(());
     }
     match own.run_as_user.or(pod.run_as_user) {
-        Some(0) => Err(format!(
-            "container {:?}'s runAsUser breaks non-root policy (pod: {:?}, container: {})",
-            pod.run_as_user, own.run_as_user, c.name
+        Some(0) => {
+            return Err(format!(
+                "container's runAsUser breaks non-root policy (container: {})",
+                c.name
+            ));
+        }
+        Some(_) => return Ok(()),
+        None => {}
+    }
+    match image_user {
+        (Some(0), _) | (None, "") => Err(format!(
+            "container has runAsNonRoot and image will run as root (container: {})",
+            c.name
         )),
-        _ => Ok(()),
+        (None, name) => Err(format!(
+            "container has runAsNonRoot and image has non-numeric user ({name}), cannot verify user is non-root (container: {})",
+            c.name
+        )),
+        (Some(_), _) => Ok(()),
     }
 }
 
@@ -599,11 +618,11 @@ mod tests {
     }
 
     #[test]
-    fn run_as_non_root_refuses_an_explicit_root_user() {
-        let c = Container {
+    fn run_as_non_root_follows_the_kubelet() {
+        let with_user = |uid: Option<i64>| Container {
             name: "app".into(),
             security_context: Some(SecurityContext {
-                run_as_user: Some(0),
+                run_as_user: uid,
                 ..Default::default()
             }),
             ..Default::default()
@@ -615,9 +634,18 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert!(verify_run_as_non_root(&strict, &c).is_err());
-        assert!(verify_run_as_non_root(&PodSpec::default(), &c).is_ok());
-        assert!(verify_run_as_non_root(&strict, &Container::default()).is_ok());
+        let image_user_1000 = (Some(1000), "");
+        assert!(verify_run_as_non_root(&strict, &with_user(Some(0)), image_user_1000).is_err());
+        assert!(verify_run_as_non_root(&strict, &with_user(Some(7)), (Some(0), "")).is_ok());
+        assert!(verify_run_as_non_root(&strict, &with_user(None), image_user_1000).is_ok());
+        let root = verify_run_as_non_root(&strict, &with_user(None), (None, "")).unwrap_err();
+        assert!(root.contains("image will run as root"), "{root}");
+        assert!(verify_run_as_non_root(&strict, &with_user(None), (Some(0), "")).is_err());
+        let named = verify_run_as_non_root(&strict, &with_user(None), (None, "nginx")).unwrap_err();
+        assert!(named.contains("non-numeric user (nginx)"), "{named}");
+        assert!(
+            verify_run_as_non_root(&PodSpec::default(), &with_user(Some(0)), (Some(0), "")).is_ok()
+        );
     }
 
     #[test]

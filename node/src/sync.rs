@@ -749,6 +749,25 @@ impl PodSyncer {
         attempt: u32,
     ) -> Result<ContainerStatus, StartError> {
         self.ensure_image(runtime, pod, c).await?;
+        // runAsNonRoot needs the image's user, which only container images have: a
+        // Wasm guest has no uid (see docs/decisions.md).
+        if runtime.name() != "wasm" {
+            let image = c.image.clone().unwrap_or_default();
+            let user = runtime
+                .image_status(&image)
+                .await
+                .ok()
+                .flatten()
+                .map(|i| (i.uid, i.username))
+                .unwrap_or((None, String::new()));
+            let spec = pod.spec.clone().unwrap_or_default();
+            podspec::verify_run_as_non_root(&spec, c, (user.0, &user.1)).map_err(|message| {
+                StartError {
+                    waiting: Waiting::new("CreateContainerConfigError", message),
+                    retry: self.retry_after_error,
+                }
+            })?;
+        }
         let config = self
             .container_config(pod, c, attempt)
             .map_err(|message| StartError {
@@ -797,7 +816,6 @@ impl PodSyncer {
             return Err("envFrom is not supported by this node yet; the container is not started with a wrong environment".into());
         }
         let spec = pod.spec.clone().unwrap_or_default();
-        podspec::verify_run_as_non_root(&spec, c)?;
         let (cpu_shares, cpu_quota) =
             podspec::cpu_resources(c).map_err(|e| format!("resources: {e}"))?;
         let memory_limit_bytes = c

@@ -508,4 +508,26 @@ fn the_pod_spec_reaches_the_container_through_cri() {
             "{want:?} not in {lines:#?}"
         );
     }
+
+    // runAsNonRoot with an image that names no user: refused before it is created.
+    node.write_manifest(
+        "nonroot.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: nonroot}}\nspec:\n  securityContext: {{runAsNonRoot: true}}\n  containers:\n  - name: main\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, 'exit 0']\n"
+        ),
+    )
+    .unwrap();
+    let refused = node
+        .wait_pod("nonroot", LONG, |p| {
+            waiting_reason(p).as_deref() == Some("CreateContainerConfigError")
+        })
+        .unwrap();
+    let message = container(&refused)
+        .state
+        .unwrap()
+        .waiting
+        .unwrap()
+        .message
+        .unwrap_or_default();
+    assert!(message.contains("image will run as root"), "{message}");
 }

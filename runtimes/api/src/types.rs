@@ -269,6 +269,10 @@ pub struct Image {
     pub repo_tags: Vec<String>,
     pub repo_digests: Vec<String>,
     pub size: u64,
+    /// The numeric user the image runs as, when it names one.
+    pub uid: Option<i64>,
+    /// The image's user when it is not numeric.
+    pub username: String,
 }
 
 /// The outcome of [`crate::Runtime::exec_sync`].

@@ -395,6 +395,8 @@ pub(crate) fn image(i: cri::Image) -> Image {
         repo_tags: i.repo_tags,
         repo_digests: i.repo_digests,
         size: i.size,
+        uid: i.uid.map(|u| u.value),
+        username: i.username,
     }
 }
 

@@ -1011,6 +1011,9 @@ impl Runtime for WasmRuntime {
                     repo_tags: Vec::new(),
                     repo_digests: Vec::new(),
                     size: e.image.size,
+                    // A Wasm guest has no user of its own.
+                    uid: None,
+                    username: String::new(),
                 });
             let repo = crate::reference::repository(&e.reference).to_owned();
             image.repo_tags.push(e.reference);

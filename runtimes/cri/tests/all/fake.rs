@@ -711,6 +711,7 @@ impl ImageService for Fake {
                 id: id.clone(),
                 repo_tags: vec![name],
                 size: 4096,
+                uid: Some(cri::Int64Value { value: 65534 }),
                 ..Default::default()
             },
         );

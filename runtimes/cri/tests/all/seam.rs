@@ -388,6 +388,7 @@ async fn images() {
         .expect("pulled");
     assert_eq!(image.id, id);
     assert_eq!(image.repo_tags, ["registry.local/busybox:1"]);
+    assert_eq!((image.uid, image.username.as_str()), (Some(65534), ""));
     assert_eq!(image.size, 4096);
     assert_eq!(r.list_images().await.unwrap(), [image]);
 
