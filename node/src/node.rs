@@ -61,6 +61,25 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     for dir in [&config.root_dir, &config.pod_logs_dir] {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
+    // One node per root directory: two would adopt each other's sandboxes.
+    let lock_path = config.root_dir.join("wasmlet.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("opening {}", lock_path.display()))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another wasmlet is running with root directory {} (it holds {})",
+            config.root_dir.display(),
+            lock_path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("locking {}", lock_path.display()));
+        }
+    }
     match crate::machine::MachineInfo::read(&crate::machine::HostPaths::default()) {
         Ok(m) => {
             tracing::info!(
@@ -243,5 +262,6 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     for s in servers {
         let _ = tokio::time::timeout(Duration::from_secs(2), s).await;
     }
+    drop(lock);
     Ok(())
 }

@@ -32,6 +32,37 @@ fn every_bad_configuration_value_is_reported_and_the_exit_code_is_2() {
 }
 
 #[test]
+fn a_second_node_on_the_same_root_directory_is_refused() {
+    let node = crate::start(&[]);
+    let out = Command::new(BIN)
+        .args([
+            "--hostname-override",
+            "n2",
+            "--healthz-port",
+            "0",
+            "--root-dir",
+        ])
+        .arg(&node.root)
+        .arg("--pod-manifest-path")
+        .arg(&node.manifests)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("another wasmlet is running with root directory"),
+        "{stderr}"
+    );
+    assert_eq!(
+        wasmlet_testkit::node::http_get(node.healthz_port, "/healthz")
+            .unwrap()
+            .0,
+        200,
+        "the first node is unaffected"
+    );
+}
+
+#[test]
 fn images_import_list_and_rm() {
     let images = wasmlet_testkit::images::ensure_example_images().unwrap();
     let root = tempfile::tempdir().unwrap();

@@ -419,7 +419,8 @@ impl WasmRuntime {
             return Ok(false);
         };
         self.attach(handle.clone(), read, None, exited_tx);
-        let reports = match self.call(&handle, Op::List, REQUEST_TIMEOUT).await {
+        // A live sandbox answers at once; restores run before the node serves anything.
+        let reports = match self.call(&handle, Op::List, RESTORE_TIMEOUT).await {
             Ok(reports) => reports,
             Err(e) => {
                 // A sandbox that does not answer is ended, and reported not ready (its
@@ -612,6 +613,7 @@ fn image_error(image: &str, e: ImageError) -> Error {
 
 const CREATE_TIMEOUT: Duration = Duration::from_secs(300);
 const SANDBOX_START_TIMEOUT: Duration = Duration::from_secs(30);
+const RESTORE_TIMEOUT: Duration = Duration::from_secs(5);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[async_trait]
