@@ -215,16 +215,7 @@ impl PodSyncer {
                             Ok(v) => v.runtime_name,
                             Err(e) => {
                                 let message = format!("container runtime is down: {e}");
-                                tracing::warn!(pod = %full_name(pod), "{message}");
-                                self.wait_all(
-                                    pod,
-                                    st,
-                                    Waiting::new("ContainerCreating", message.clone()),
-                                );
-                                st.sandbox_error = Some(message);
-                                return SyncOutcome {
-                                    requeue_after: Some(self.retry_after_error),
-                                };
+                                return self.not_started(pod, st, message);
                             }
                         },
                     };
@@ -233,12 +224,7 @@ impl PodSyncer {
                     r
                 }
                 Err(message) => {
-                    tracing::warn!(pod = %full_name(pod), "cannot run pod: {message}");
-                    self.wait_all(pod, st, Waiting::new("ContainerCreating", message.clone()));
-                    st.sandbox_error = Some(message);
-                    return SyncOutcome {
-                        requeue_after: Some(self.retry_after_error),
-                    };
+                    return self.not_started(pod, st, message);
                 }
             },
         };
@@ -253,12 +239,7 @@ impl PodSyncer {
                 Err(e) => {
                     // Creating anything now could duplicate what is already running.
                     let message = format!("listing the runtime's sandboxes and containers: {e}");
-                    tracing::warn!(pod = %full_name(pod), "{message}");
-                    self.wait_all(pod, st, Waiting::new("ContainerCreating", message.clone()));
-                    st.sandbox_error = Some(message);
-                    return SyncOutcome {
-                        requeue_after: Some(self.retry_after_error),
-                    };
+                    return self.not_started(pod, st, message);
                 }
             }
         }
@@ -293,12 +274,7 @@ impl PodSyncer {
                 Ok(dns) => config.dns = Some(dns),
                 Err(e) => {
                     let message = format!("failed to create the pod sandbox config: {e}");
-                    tracing::warn!(pod = %full_name(pod), "{message}");
-                    self.wait_all(pod, st, Waiting::new("ContainerCreating", message.clone()));
-                    st.sandbox_error = Some(message);
-                    return SyncOutcome {
-                        requeue_after: Some(self.retry_after_error),
-                    };
+                    return self.not_started(pod, st, message);
                 }
             }
             // Runtimes write container logs under it but do not create it.
@@ -323,12 +299,7 @@ impl PodSyncer {
                 }
                 Err(e) => {
                     let message = format!("failed to create pod sandbox: {e}");
-                    tracing::warn!(pod = %full_name(pod), "{message}");
-                    self.wait_all(pod, st, Waiting::new("ContainerCreating", message.clone()));
-                    st.sandbox_error = Some(message);
-                    return SyncOutcome {
-                        requeue_after: Some(self.retry_after_error),
-                    };
+                    return self.not_started(pod, st, message);
                 }
             }
         }
@@ -619,6 +590,17 @@ impl PodSyncer {
                 }
                 Err(e) => tracing::warn!(container = %cur.id, "container status: {e}"),
             }
+        }
+    }
+
+    /// The pod cannot start yet: every container waits in `ContainerCreating` with
+    /// `message`, and the pod is looked at again after the error delay.
+    fn not_started(&self, pod: &Pod, st: &mut PodState, message: String) -> SyncOutcome {
+        tracing::warn!(pod = %full_name(pod), "{message}");
+        self.wait_all(pod, st, Waiting::new("ContainerCreating", message.clone()));
+        st.sandbox_error = Some(message);
+        SyncOutcome {
+            requeue_after: Some(self.retry_after_error),
         }
     }
 

@@ -277,15 +277,7 @@ fn pod_start_cri(pods: usize, debug: bool) -> anyhow::Result<()> {
     containerd.import_test_images()?;
     let node = TestNode::start(
         &binary,
-        NodeOptions {
-            extra_args: vec![
-                "--container-runtime-endpoint".into(),
-                containerd.address(),
-                "--runtime-request-timeout".into(),
-                "30s".into(),
-            ],
-            ..Default::default()
-        },
+        NodeOptions::default().with_cri(containerd.address()),
     )?;
 
     // 1. The node: one pod on its own, then all of them at once.

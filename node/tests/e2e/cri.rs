@@ -11,16 +11,22 @@ use crate::*;
 
 /// A node whose default runtime is `containerd` (and with the given Wasm images).
 fn cri_node(containerd: &Containerd, images: &[&str]) -> Fixture {
-    start_with(NodeOptions {
-        images: images.iter().map(|s| s.to_string()).collect(),
-        extra_args: vec![
-            "--container-runtime-endpoint".into(),
-            containerd.address(),
-            "--runtime-request-timeout".into(),
-            "30s".into(),
-        ],
-        ..Default::default()
-    })
+    start_with(
+        NodeOptions {
+            images: images.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+        .with_cri(containerd.address()),
+    )
+}
+
+/// The message of the (only) container's waiting state.
+fn waiting_message(p: &Pod) -> String {
+    container(p)
+        .state
+        .and_then(|s| s.waiting)
+        .and_then(|w| w.message)
+        .unwrap_or_default()
 }
 
 /// A one-container busybox pod running `sh -c <script>`.
@@ -50,16 +56,7 @@ fn container_id(p: &Pod) -> String {
 fn a_container_pod_and_a_wasm_pod_run_side_by_side() {
     let containerd = Containerd::start().expect("containerd starts");
     containerd.import_test_images().expect("test images import");
-    let node = start_with(NodeOptions {
-        images: vec!["ticker".into()],
-        extra_args: vec![
-            "--container-runtime-endpoint".into(),
-            containerd.address(),
-            "--runtime-request-timeout".into(),
-            "30s".into(),
-        ],
-        ..Default::default()
-    });
+    let node = cri_node(&containerd, &["ticker"]);
 
     // No RuntimeClass: busybox goes to the default (CRI) runtime, the ticker to the
     // Wasm runtime because its image is a Wasm image in the node's store.
@@ -180,13 +177,7 @@ fn container_exit_codes_restarts_and_termination_behave_like_the_kubelets() {
             waiting_reason(p).as_deref() == Some("CrashLoopBackOff")
         })
         .unwrap();
-    let message = container(&fails)
-        .state
-        .unwrap()
-        .waiting
-        .unwrap()
-        .message
-        .unwrap_or_default();
+    let message = waiting_message(&fails);
     assert!(message.starts_with("back-off "), "{message}");
     let lines = node.container_log(&fails, "main", 1).unwrap();
     assert_eq!(lines[0].text, "failing", "each attempt logs to <n>.log");
@@ -407,13 +398,7 @@ fn a_missing_image_backs_off_with_the_runtimes_message_and_others_run() {
             waiting_reason(p).as_deref() == Some("ErrImagePull")
         })
         .unwrap();
-    let message = container(&pulled)
-        .state
-        .unwrap()
-        .waiting
-        .unwrap()
-        .message
-        .unwrap_or_default();
+    let message = waiting_message(&pulled);
     assert!(
         message.contains("127.0.0.1:9/wasmlet-test/none:latest"),
         "the runtime's message names the image: {message}"
@@ -423,13 +408,7 @@ fn a_missing_image_backs_off_with_the_runtimes_message_and_others_run() {
             waiting_reason(p).as_deref() == Some("ImagePullBackOff")
         })
         .unwrap();
-    let message = container(&backing_off)
-        .state
-        .unwrap()
-        .waiting
-        .unwrap()
-        .message
-        .unwrap_or_default();
+    let message = waiting_message(&backing_off);
     assert!(
         message.starts_with("Back-off pulling image \"127.0.0.1:9/wasmlet-test/none:latest\""),
         "{message}"
@@ -522,12 +501,6 @@ fn the_pod_spec_reaches_the_container_through_cri() {
             waiting_reason(p).as_deref() == Some("CreateContainerConfigError")
         })
         .unwrap();
-    let message = container(&refused)
-        .state
-        .unwrap()
-        .waiting
-        .unwrap()
-        .message
-        .unwrap_or_default();
+    let message = waiting_message(&refused);
     assert!(message.contains("image will run as root"), "{message}");
 }

@@ -26,6 +26,20 @@ pub struct NodeOptions {
     pub extra_args: Vec<String>,
 }
 
+impl NodeOptions {
+    /// Runs container pods through the CRI runtime at `endpoint` (`unix://…`), with a
+    /// request timeout that suits two busy cores.
+    pub fn with_cri(mut self, endpoint: String) -> Self {
+        self.extra_args.extend([
+            "--container-runtime-endpoint".into(),
+            endpoint,
+            "--runtime-request-timeout".into(),
+            "30s".into(),
+        ]);
+        self
+    }
+}
+
 impl Default for NodeOptions {
     fn default() -> Self {
         NodeOptions {
@@ -309,15 +323,16 @@ impl TestNode {
         text.lines().map(CriRecord::parse).collect()
     }
 
-    /// Process ids of the node's direct children (its Wasm sandboxes).
     /// The node's Wasm sandbox processes: its children, and sandboxes it adopted.
     pub fn sandbox_pids(&self) -> Vec<u32> {
         let pid = self.pid();
+        // No node process (killed and not restarted): no children to look for.
         let mut pids = if pid == 0 {
             Vec::new()
         } else {
             children_of(pid)
         };
+        // Sandboxes adopted after a restart are not the node's children.
         for p in processes_mentioning(&self.root) {
             if p != pid && !pids.contains(&p) {
                 pids.push(p);
@@ -362,19 +377,7 @@ pub fn processes_mentioning(path: &Path) -> Vec<u32> {
 
 impl Drop for TestNode {
     fn drop(&mut self) {
-        let pid = self.pid();
-        // No node process (killed and not restarted): no children to look for.
-        let mut sandboxes = if pid == 0 {
-            Vec::new()
-        } else {
-            children_of(pid)
-        };
-        // Sandboxes adopted after a restart are not the node's children.
-        for p in processes_mentioning(&self.root) {
-            if p != pid && !sandboxes.contains(&p) {
-                sandboxes.push(p);
-            }
-        }
+        let sandboxes = self.sandbox_pids();
         self.stop();
         // A stopped node ends its sandboxes; make sure none is left behind.
         for p in sandboxes {
