@@ -4,7 +4,9 @@
 //! Debian toolchain and packages them as OCI archives in the layouts the node
 //! must pull and import; start at [`images::ensure_example_images`].
 //! [`node`] runs the real `wasmlet` binary for end-to-end tests.
+//! [`apiserver`] is an in-process Kubernetes API server for the node's API client.
 
+pub mod apiserver;
 pub mod containerd;
 pub mod images;
 pub mod node;
