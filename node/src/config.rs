@@ -39,6 +39,9 @@ pub struct NodeFlags {
     /// Port of the /healthz endpoint; 0 disables it.
     #[arg(long, value_name = "PORT")]
     pub healthz_port: Option<u16>,
+    /// The port of the node's authenticated API (reported in the Node object).
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
     /// IP address the /healthz endpoint binds to.
     #[arg(long, value_name = "IP")]
     pub healthz_bind_address: Option<IpAddr>,
@@ -64,6 +67,30 @@ pub struct NodeFlags {
     /// The program that runs Wasm pod sandboxes (default: this binary, `sandbox`).
     #[arg(long, value_name = "FILE", hide = true)]
     pub sandbox_program: Option<PathBuf>,
+    /// Kubeconfig for the API server; without it the node runs standalone.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Labels to add when registering the node (`key=value,...`).
+    #[arg(long, value_name = "LABELS", value_delimiter = ',')]
+    pub node_labels: Vec<String>,
+    /// Taints to register the node with (`key=value:Effect,...`).
+    #[arg(long, value_name = "TAINTS", value_delimiter = ',')]
+    pub register_with_taints: Vec<String>,
+    /// Register the node with the API server (default true).
+    #[arg(long, value_name = "BOOL")]
+    pub register_node: Option<bool>,
+    /// IP address(es) of the node (`InternalIP`), comma-separated, at most one per family.
+    #[arg(long, value_name = "IP", value_delimiter = ',')]
+    pub node_ip: Vec<IpAddr>,
+    /// URL to fetch static pod manifests from.
+    #[arg(long, value_name = "URL")]
+    pub manifest_url: Option<String>,
+    /// Headers for `--manifest-url` requests (`key:value,...`; repeatable).
+    #[arg(long, value_name = "HEADERS", value_delimiter = ',')]
+    pub manifest_url_header: Vec<String>,
+    /// How often the manifest URL is checked (e.g. 20s).
+    #[arg(long, value_name = "DURATION")]
+    pub http_check_frequency: Option<String>,
 }
 
 /// The fields of `KubeletConfiguration` (kubelet.config.k8s.io/v1beta1) wasmlet reads.
@@ -77,6 +104,7 @@ struct KubeletConfiguration {
     sync_frequency: Option<String>,
     address: Option<String>,
     read_only_port: Option<i64>,
+    port: Option<i64>,
     healthz_port: Option<i64>,
     healthz_bind_address: Option<String>,
     pod_logs_dir: Option<PathBuf>,
@@ -91,6 +119,16 @@ struct KubeletConfiguration {
     kube_reserved: Option<BTreeMap<String, String>>,
     system_reserved: Option<BTreeMap<String, String>>,
     eviction_hard: Option<BTreeMap<String, String>>,
+    #[serde(rename = "staticPodURL")]
+    static_pod_url: Option<String>,
+    #[serde(rename = "staticPodURLHeader")]
+    static_pod_url_header: Option<BTreeMap<String, Vec<String>>>,
+    http_check_frequency: Option<String>,
+    node_status_update_frequency: Option<String>,
+    node_status_report_frequency: Option<String>,
+    node_lease_duration_seconds: Option<i64>,
+    register_node: Option<bool>,
+    register_with_taints: Option<Vec<k8s_openapi::api::core::v1::Taint>>,
     wasmlet: Option<WasmletSection>,
     #[serde(flatten)]
     other: BTreeMap<String, serde_json::Value>,
@@ -115,6 +153,29 @@ struct BackoffSection {
     max: Option<String>,
 }
 
+/// How the node joins a cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterSettings {
+    pub kubeconfig: PathBuf,
+    pub register_node: bool,
+    pub node_labels: BTreeMap<String, String>,
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    pub node_ips: Vec<IpAddr>,
+    /// How often NodeStatus is computed (and written if it changed).
+    pub status_update_frequency: Duration,
+    /// How often NodeStatus is written even when nothing changed.
+    pub status_report_frequency: Duration,
+    pub lease_duration_seconds: i32,
+}
+
+/// The HTTP static pod source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ManifestUrl {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub check_frequency: Duration,
+}
+
 /// The validated configuration the node runs with.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeConfig {
@@ -126,6 +187,9 @@ pub struct NodeConfig {
     pub sync_frequency: Duration,
     pub address: IpAddr,
     pub read_only_port: u16,
+    /// The port of the authenticated node API, as reported in the Node's
+    /// `daemonEndpoints`.
+    pub port: u16,
     pub healthz_bind_address: IpAddr,
     pub healthz_port: u16,
     pub max_pods: u32,
@@ -142,6 +206,10 @@ pub struct NodeConfig {
     pub dns: crate::podspec::ClusterDns,
     /// `kubeReserved`, `systemReserved` and `evictionHard`.
     pub reservations: crate::allocatable::Reservations,
+    /// Membership of a cluster; `None` runs standalone.
+    pub cluster: Option<ClusterSettings>,
+    /// The HTTP manifest source.
+    pub manifest_url: Option<ManifestUrl>,
     pub sandbox_program: PathBuf,
     pub sandbox_args: Vec<String>,
 }
@@ -274,6 +342,24 @@ impl NodeFlags {
             Duration::from_secs(1),
         );
 
+        let http_check_frequency = dur(
+            "httpCheckFrequency",
+            &self.http_check_frequency,
+            &file.http_check_frequency,
+            Duration::from_secs(20),
+        );
+        let status_update_frequency = dur(
+            "nodeStatusUpdateFrequency",
+            &None,
+            &file.node_status_update_frequency,
+            Duration::from_secs(10),
+        );
+        let status_report_frequency = dur(
+            "nodeStatusReportFrequency",
+            &None,
+            &file.node_status_report_frequency,
+            Duration::from_secs(300),
+        );
         let request_timeout = dur(
             "runtimeRequestTimeout",
             &self.runtime_request_timeout,
@@ -292,6 +378,7 @@ impl NodeFlags {
             },
         };
         let read_only_port = port("readOnlyPort", self.read_only_port, file.read_only_port, 0);
+        let kubelet_port = port("port", self.port, file.port, 10250);
         let healthz_port = port("healthzPort", self.healthz_port, file.healthz_port, 10248);
 
         let mut ip = |name: &str, flag: Option<IpAddr>, field: &Option<String>, default: &str| {
@@ -320,6 +407,8 @@ impl NodeFlags {
             }
         };
         for (name, d) in [
+            ("httpCheckFrequency", http_check_frequency),
+            ("nodeStatusUpdateFrequency", status_update_frequency),
             ("fileCheckFrequency", file_check_frequency),
             ("syncFrequency", sync_frequency),
             ("wasmlet.housekeepingInterval", housekeeping_interval),
@@ -426,6 +515,89 @@ impl NodeFlags {
             }
         }
 
+        let cluster = self.kubeconfig.clone().map(|kubeconfig| {
+            let mut node_labels = BTreeMap::new();
+            for label in &self.node_labels {
+                match label.split_once('=') {
+                    Some((k, v)) if !k.trim().is_empty() => {
+                        node_labels.insert(k.trim().to_owned(), v.trim().to_owned());
+                    }
+                    _ => errors.push(format!("--node-labels: {label:?} is not key=value")),
+                }
+            }
+            let mut taints = file.register_with_taints.clone().unwrap_or_default();
+            for t in &self.register_with_taints {
+                match parse_taint(t) {
+                    Ok(t) => taints.push(t),
+                    Err(e) => errors.push(format!("--register-with-taints: {e}")),
+                }
+            }
+            let mut families = std::collections::HashSet::new();
+            for ip in &self.node_ip {
+                if !families.insert(ip.is_ipv4()) {
+                    errors.push(format!(
+                        "--node-ip: at most one address per family ({ip} is a second one)"
+                    ));
+                }
+            }
+            let lease_duration_seconds = match file.node_lease_duration_seconds {
+                None => 40,
+                Some(n) if n > 0 && n <= i32::MAX as i64 => n as i32,
+                Some(n) => {
+                    errors.push(format!("nodeLeaseDurationSeconds: {n} must be positive"));
+                    40
+                }
+            };
+            ClusterSettings {
+                kubeconfig,
+                register_node: self.register_node.or(file.register_node).unwrap_or(true),
+                node_labels,
+                taints,
+                node_ips: self.node_ip.clone(),
+                status_update_frequency,
+                status_report_frequency,
+                lease_duration_seconds,
+            }
+        });
+        if let Some(c) = &cluster
+            && c.status_report_frequency < c.status_update_frequency
+        {
+            errors.push(format!(
+                "nodeStatusReportFrequency ({}) is less than nodeStatusUpdateFrequency ({})",
+                duration::format(c.status_report_frequency),
+                duration::format(c.status_update_frequency)
+            ));
+        }
+        let manifest_url = self
+            .manifest_url
+            .clone()
+            .or(file.static_pod_url.clone())
+            .filter(|u| !u.trim().is_empty())
+            .map(|url| {
+                let mut headers = Vec::new();
+                for (k, values) in file.static_pod_url_header.iter().flatten() {
+                    for v in values {
+                        headers.push((k.clone(), v.clone()));
+                    }
+                }
+                for h in &self.manifest_url_header {
+                    match h.split_once(':') {
+                        Some((k, v)) if !k.trim().is_empty() => {
+                            headers.push((k.trim().to_owned(), v.trim().to_owned()))
+                        }
+                        _ => errors.push(format!("--manifest-url-header: {h:?} is not key:value")),
+                    }
+                }
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    errors.push(format!("manifest URL {url:?} is not an http(s) URL"));
+                }
+                ManifestUrl {
+                    url,
+                    headers,
+                    check_frequency: http_check_frequency,
+                }
+            });
+
         let sandbox_program = match &self.sandbox_program {
             Some(p) => p.clone(),
             None => match std::env::current_exe() {
@@ -461,6 +633,7 @@ impl NodeFlags {
             sync_frequency,
             address,
             read_only_port,
+            port: kubelet_port,
             healthz_bind_address,
             healthz_port,
             max_pods,
@@ -473,10 +646,37 @@ impl NodeFlags {
             cri,
             dns,
             reservations,
+            cluster,
+            manifest_url,
             sandbox_program,
             sandbox_args,
         })
     }
+}
+
+/// Parses a `--register-with-taints` entry: `key[=value]:Effect`.
+pub fn parse_taint(s: &str) -> Result<k8s_openapi::api::core::v1::Taint, String> {
+    let (kv, effect) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{s:?} is not key=value:Effect"))?;
+    if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+        return Err(format!(
+            "{s:?}: effect {effect:?} is not NoSchedule, PreferNoSchedule or NoExecute"
+        ));
+    }
+    let (key, value) = match kv.split_once('=') {
+        Some((k, v)) => (k, Some(v.to_owned())),
+        None => (kv, None),
+    };
+    if key.is_empty() {
+        return Err(format!("{s:?} has no key"));
+    }
+    Ok(k8s_openapi::api::core::v1::Taint {
+        key: key.to_owned(),
+        value,
+        effect: effect.to_owned(),
+        time_added: None,
+    })
 }
 
 fn load_file(path: &Path) -> Result<KubeletConfiguration, String> {

@@ -136,7 +136,7 @@ impl FileSource {
 
     fn load(&self, path: &Path, bytes: &[u8]) -> Result<Pod, String> {
         let mut pod = static_pod::decode(path, bytes)?;
-        static_pod::apply_defaults(&mut pod, path, &self.node_name);
+        static_pod::apply_defaults(&mut pod, static_pod::Origin::File(path), &self.node_name);
         static_pod::validate(&pod)?;
         Ok(pod)
     }

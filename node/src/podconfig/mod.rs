@@ -6,6 +6,7 @@
 //! for the sync loop. A UID belongs to the first source that sent it.
 
 pub mod file;
+pub mod http;
 pub mod static_pod;
 
 use std::collections::{BTreeMap, HashMap};

@@ -26,18 +26,9 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<Pod, String> {
     if text.trim().is_empty() {
         return Err("the file is empty".into());
     }
-    let is_json =
-        path.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
-    let value: serde_json::Value = if is_json {
-        serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?
-    } else {
-        serde_saphyr::from_str(text).map_err(|e| format!("invalid YAML: {e}"))?
-    };
-    let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-    let api_version = value
-        .get("apiVersion")
-        .and_then(|k| k.as_str())
-        .unwrap_or("");
+    let is_json = path.extension().is_some_and(|e| e == "json");
+    let value = parse(text, is_json)?;
+    let (kind, api_version) = kind_of(&value);
     if kind != "Pod" || api_version != "v1" {
         return Err(format!(
             "expected a v1 Pod, found kind {kind:?} apiVersion {api_version:?} (one pod per file)"
@@ -46,14 +37,79 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<Pod, String> {
     serde_json::from_value(value).map_err(|e| format!("not a valid Pod: {e}"))
 }
 
+/// Decodes a manifest URL's body (YAML or JSON): one v1 Pod, a v1 `PodList`, or a v1
+/// `List` of Pods. An empty list is zero pods; the caller decides what an empty body is.
+pub fn decode_pods(bytes: &[u8]) -> Result<Vec<Pod>, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8 text: {e}"))?;
+    let mut value = parse(text, false)?;
+    let (kind, api_version) = kind_of(&value);
+    match (kind, api_version) {
+        ("Pod", "v1") => {
+            return Ok(vec![
+                serde_json::from_value(value).map_err(|e| format!("not a valid Pod: {e}"))?,
+            ]);
+        }
+        ("PodList" | "List", "v1") => {}
+        _ => {
+            return Err(format!(
+                "expected a v1 Pod, PodList or List, found kind {kind:?} apiVersion {api_version:?}"
+            ));
+        }
+    }
+    let items = match value.get_mut("items").map(serde_json::Value::take) {
+        None | Some(serde_json::Value::Null) => return Ok(Vec::new()),
+        Some(serde_json::Value::Array(items)) => items,
+        Some(_) => return Err("items: not a list".into()),
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            // PodList items usually omit kind and apiVersion; List items carry them.
+            let (kind, api_version) = kind_of(&item);
+            if !matches!(kind, "" | "Pod") || !matches!(api_version, "" | "v1") {
+                return Err(format!(
+                    "items[{i}]: expected a v1 Pod, found kind {kind:?} apiVersion {api_version:?}"
+                ));
+            }
+            serde_json::from_value(item).map_err(|e| format!("items[{i}]: not a valid Pod: {e}"))
+        })
+        .collect()
+}
+
+fn parse(text: &str, is_json: bool) -> Result<serde_json::Value, String> {
+    if is_json || text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| format!("invalid YAML: {e}"))
+    }
+}
+
+fn kind_of(value: &serde_json::Value) -> (&str, &str) {
+    let field = |f: &str| value.get(f).and_then(|k| k.as_str()).unwrap_or("");
+    (field("kind"), field("apiVersion"))
+}
+
+/// Where a static pod came from; its identity and `config.source` annotation follow it.
+#[derive(Clone, Copy, Debug)]
+pub enum Origin<'a> {
+    /// A file in the static pod directory (`config.source: file`).
+    File(&'a Path),
+    /// The manifest URL (`config.source: http`).
+    Url(&'a str),
+}
+
 /// Applies the kubelet's static-pod identity and the API server's defaults.
-pub fn apply_defaults(pod: &mut Pod, source: &Path, node_name: &str) {
+pub fn apply_defaults(pod: &mut Pod, origin: Origin<'_>, node_name: &str) {
     let meta = &mut pod.metadata;
     if meta.uid.as_deref().unwrap_or("").is_empty() {
         let mut h = Sha256::new();
         h.update(serde_json::to_vec(&pod).expect("pods serialize"));
         h.update(format!("host:{node_name}"));
-        h.update(format!("file:{}", source.display()));
+        match origin {
+            Origin::File(path) => h.update(format!("file:{}", path.display())),
+            Origin::Url(url) => h.update(format!("url:{url}")),
+        }
         pod.metadata.uid = Some(hex::encode(&h.finalize()[..16]));
     }
     let meta = &mut pod.metadata;
@@ -68,7 +124,11 @@ pub fn apply_defaults(pod: &mut Pod, source: &Path, node_name: &str) {
     }
     let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
     annotations.insert(CONFIG_HASH_ANNOTATION.into(), uid);
-    annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), "file".into());
+    let source = match origin {
+        Origin::File(_) => "file",
+        Origin::Url(_) => "http",
+    };
+    annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), source.into());
 
     let Some(spec) = pod.spec.as_mut() else {
         return;
@@ -176,7 +236,7 @@ mod tests {
 
     fn load(text: &str, path: &str, node: &str) -> Pod {
         let mut pod = decode(Path::new(path), text.as_bytes()).unwrap();
-        apply_defaults(&mut pod, Path::new(path), node);
+        apply_defaults(&mut pod, Origin::File(Path::new(path)), node);
         validate(&pod).unwrap();
         pod
     }
@@ -260,7 +320,7 @@ mod tests {
             b"apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  restartPolicy: Sometimes\n  containers:\n  - {name: A_B}\n  - {name: A_B, image: x}\n",
         )
         .unwrap();
-        apply_defaults(&mut pod, Path::new("/m/x.yaml"), "n");
+        apply_defaults(&mut pod, Origin::File(Path::new("/m/x.yaml")), "n");
         let err = validate(&pod).unwrap_err();
         for want in [
             "A_B\" is not a DNS label",
