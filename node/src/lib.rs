@@ -10,6 +10,7 @@
 pub mod allocatable;
 pub mod backoff;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod duration;
 pub mod machine;

@@ -8,6 +8,8 @@ use tracing_subscriber::EnvFilter;
 use wasmlet_node::cli::{self, Cli, Command};
 
 fn main() -> ExitCode {
+    // One TLS provider for the whole process, before any client is built.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     init_tracing(cli.verbosity);
     match cli.command {

@@ -14,6 +14,7 @@ use wasmlet_runtime::Runtime;
 use wasmlet_runtime_cri::{CriConfig, CriRuntime};
 use wasmlet_runtime_wasm::{ImageStore, SandboxCommand, WasmRuntime, WasmRuntimeConfig};
 
+use crate::cluster::events::EventRecorder;
 use crate::config::NodeConfig;
 use crate::pleg::{self, RelistHealth};
 use crate::podconfig::file::FileSource;
@@ -55,6 +56,49 @@ pub fn import_drop_dir(store: &ImageStore, dir: &Path) -> usize {
     imported
 }
 
+/// What the node registers: the machine, its resources, its runtimes.
+async fn node_facts(
+    config: &NodeConfig,
+    cluster: &crate::config::ClusterSettings,
+    machine: Option<crate::machine::MachineInfo>,
+    resources: Option<(
+        BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+        BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    )>,
+    router: &RuntimeRouter,
+) -> crate::cluster::registration::NodeFacts {
+    let hostname = config.node_name.clone();
+    let addresses = if cluster.node_ips.is_empty() {
+        crate::cluster::registration::detect_node_ip(&hostname)
+            .into_iter()
+            .collect()
+    } else {
+        cluster.node_ips.clone()
+    };
+    // The default runtime's version: the CRI runtime's when there is one.
+    let mut runtime_version = String::new();
+    if let Some(r) = router.default_runtime() {
+        match r.version().await {
+            Ok(v) => runtime_version = format!("{}://{}", v.runtime_name, v.runtime_version),
+            Err(e) => tracing::warn!("cannot read the runtime's version for the Node: {e}"),
+        }
+    }
+    let (capacity, allocatable) = resources.unwrap_or_default();
+    crate::cluster::registration::NodeFacts {
+        name: config.node_name.clone(),
+        hostname,
+        extra_labels: cluster.node_labels.clone(),
+        taints: cluster.taints.clone(),
+        addresses,
+        machine: machine.unwrap_or_default(),
+        capacity,
+        allocatable,
+        runtime_version,
+        runtime_handlers: router.handler_names(),
+        kubelet_port: config.port,
+    }
+}
+
 /// Runs the node until `cancel` fires, then stops its Wasm sandboxes.
 pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Result<()> {
     let started = Instant::now();
@@ -80,8 +124,11 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
             return Err(e).with_context(|| format!("locking {}", lock_path.display()));
         }
     }
+    let mut machine = None;
+    let mut node_resources = None;
     match crate::machine::MachineInfo::read(&crate::machine::HostPaths::default()) {
         Ok(m) => {
+            machine = Some(m.clone());
             tracing::info!(
                 cpus = m.cpus,
                 memory_mib = m.memory_bytes >> 20,
@@ -93,11 +140,14 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
             let fs = crate::machine::fs_stats(&config.root_dir).ok();
             let capacity = crate::allocatable::Resources::capacity(&m, fs, config.max_pods);
             match capacity.allocatable(&config.reservations) {
-                Ok(a) => tracing::info!(
-                    capacity = ?capacity.to_list().iter().map(|(k, v)| format!("{k}={}", v.0)).collect::<Vec<_>>(),
-                    allocatable = ?a.to_list().iter().map(|(k, v)| format!("{k}={}", v.0)).collect::<Vec<_>>(),
-                    "node resources"
-                ),
+                Ok(a) => {
+                    tracing::info!(
+                        capacity = ?capacity.to_list().iter().map(|(k, v)| format!("{k}={}", v.0)).collect::<Vec<_>>(),
+                        allocatable = ?a.to_list().iter().map(|(k, v)| format!("{k}={}", v.0)).collect::<Vec<_>>(),
+                        "node resources"
+                    );
+                    node_resources = Some((capacity.to_list(), a.to_list()));
+                }
                 Err(e) => tracing::warn!("cannot compute allocatable resources: {e}"),
             }
         }
@@ -154,6 +204,12 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     }
     let router = RuntimeRouter::new(config.runtime_handlers.clone(), handlers, default_handler)
         .with_wasm_images(wasm.images().clone());
+    let (events, events_rx) = if config.cluster.is_some() {
+        let (r, rx) = EventRecorder::channel();
+        (r, Some(rx))
+    } else {
+        (EventRecorder::default(), None)
+    };
     let syncer = Arc::new(
         PodSyncer::new(
             router.clone(),
@@ -161,7 +217,8 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
             config.backoff_max,
             config.pod_logs_dir.clone(),
         )
-        .with_dns(config.dns.clone()),
+        .with_dns(config.dns.clone())
+        .with_events(events.clone()),
     );
     let statuses = StatusStore::default();
     let loop_health = LoopHealth::default();
@@ -213,18 +270,141 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
 
     let (sources_tx, sources_rx) = mpsc::channel(16);
     let mut sources = Vec::new();
-    match &config.static_pod_path {
-        Some(dir) => {
-            tracing::info!(dir = %dir.display(), "watching static pod manifests");
-            let source = FileSource::new(dir, &config.node_name);
-            sources.push(crate::podconfig::file::SOURCE.to_owned());
-            tokio::spawn(source.run(
-                config.file_check_frequency,
-                sources_tx.clone(),
+    if let Some(dir) = &config.static_pod_path {
+        tracing::info!(dir = %dir.display(), "watching static pod manifests");
+        let source = FileSource::new(dir, &config.node_name);
+        sources.push(crate::podconfig::file::SOURCE.to_owned());
+        tokio::spawn(source.run(
+            config.file_check_frequency,
+            sources_tx.clone(),
+            cancel.clone(),
+        ));
+    }
+    if let Some(m) = &config.manifest_url {
+        tracing::info!(url = %m.url, "fetching static pod manifests");
+        sources.push(crate::podconfig::http::SOURCE.to_owned());
+        let source = crate::podconfig::http::HttpSource::new(m.clone(), &config.node_name);
+        tokio::spawn(source.run(sources_tx.clone(), cancel.clone()));
+    }
+    if let Some(cluster) = &config.cluster {
+        let client = crate::cluster::client_from_kubeconfig(&cluster.kubeconfig).await?;
+        sources.push(crate::cluster::pod_source::SOURCE.to_owned());
+        let facts = node_facts(
+            &config,
+            cluster,
+            machine.clone(),
+            node_resources.clone(),
+            &router,
+        )
+        .await;
+        let inputs = {
+            let runtime_state = runtime_state.clone();
+            let relist_health = relist_health.clone();
+            let router = router.clone();
+            crate::cluster::node_status::StatusInputs {
+                readiness: Arc::new(move || {
+                    let mut problems = Vec::new();
+                    if let Err(e) = runtime_state.check() {
+                        problems.push(e);
+                    }
+                    if let Err(e) = relist_health.check(started, pleg_threshold) {
+                        problems.push(format!("PLEG is not healthy: {e}"));
+                    }
+                    if problems.is_empty() {
+                        Ok(())
+                    } else {
+                        Err(problems.join(", "))
+                    }
+                }),
+                images: Arc::new(move || {
+                    let router = router.clone();
+                    Box::pin(async move {
+                        let mut all = Vec::new();
+                        for r in router.runtimes() {
+                            all.extend(r.list_images().await.unwrap_or_default());
+                        }
+                        all
+                    })
+                }),
+            }
+        };
+        let api_pods = crate::cluster::ApiPods::default();
+        let node_handle = crate::cluster::NodeHandle::default();
+        tokio::spawn(crate::cluster::pod_source::run(
+            client.clone(),
+            config.node_name.clone(),
+            api_pods.clone(),
+            sources_tx.clone(),
+            cancel.clone(),
+        ));
+        if let Some(rx) = events_rx {
+            tokio::spawn(crate::cluster::events::run(
+                client.clone(),
+                config.node_name.clone(),
+                rx,
                 cancel.clone(),
             ));
         }
-        None => tracing::warn!("no static pod path and no API server: this node has no pod source"),
+        tokio::spawn(
+            crate::cluster::status_manager::StatusManager::new(
+                client.clone(),
+                statuses.clone(),
+                api_pods.clone(),
+                node_handle.clone(),
+            )
+            .run(cancel.clone()),
+        );
+        tokio::spawn(
+            crate::cluster::mirror::MirrorManager {
+                client: client.clone(),
+                statuses: statuses.clone(),
+                api_pods,
+                node: node_handle.clone(),
+            }
+            .run(cancel.clone()),
+        );
+        let cancel = cancel.clone();
+        let cluster = cluster.clone();
+        let events = events.clone();
+        tokio::spawn(async move {
+            if cluster.register_node {
+                match crate::cluster::registration::register(&client, &facts, &cancel).await {
+                    Some(node) => {
+                        node_handle.set(node);
+                        events.node(
+                            &facts.name,
+                            crate::cluster::events::NORMAL,
+                            "Starting",
+                            "Starting kubelet.",
+                        );
+                    }
+                    None => return,
+                }
+            }
+            let lease = crate::cluster::lease::LeaseController::new(
+                client.clone(),
+                &facts.name,
+                cluster.lease_duration_seconds,
+                node_handle.clone(),
+            );
+            tokio::spawn(lease.run(cancel.clone()));
+            crate::cluster::node_status::NodeStatusLoop {
+                client,
+                facts,
+                inputs,
+                node: node_handle,
+                update_frequency: cluster.status_update_frequency,
+                report_frequency: cluster.status_report_frequency,
+            }
+            .run(cancel)
+            .await;
+        });
+        tracing::info!(kubeconfig = %cluster.kubeconfig.display(), "joining the cluster");
+    }
+    if sources.is_empty() {
+        tracing::warn!(
+            "no static pod path, manifest URL or API server: this node has no pod source"
+        );
     }
     let (pleg_tx, pleg_rx) = mpsc::channel(1024);
     tokio::spawn(pleg::run(

@@ -77,6 +77,16 @@ impl RuntimeRouter {
         Ok((runtime, handler))
     }
 
+    /// The handler names pods can use (`""` is the default runtime's).
+    pub fn handler_names(&self) -> Vec<String> {
+        self.handlers.keys().cloned().collect()
+    }
+
+    /// The runtime of pods without a RuntimeClass.
+    pub fn default_runtime(&self) -> Option<Arc<dyn Runtime>> {
+        self.handlers.get(&self.default_handler).cloned()
+    }
+
     /// Every distinct runtime, once.
     pub fn runtimes(&self) -> Vec<Arc<dyn Runtime>> {
         let mut seen: Vec<Arc<dyn Runtime>> = Vec::new();

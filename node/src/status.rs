@@ -2,7 +2,7 @@
 //! store the node API reads.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
@@ -241,20 +241,57 @@ pub fn phase(restart_policy: &str, statuses: &[ApiContainerStatus]) -> &'static 
     }
 }
 
-/// The pods the node runs, with their latest statuses, for the node API.
+/// The pods the node runs, with their latest statuses, for the node API and the
+/// status manager.
 #[derive(Clone, Default)]
 pub struct StatusStore {
     inner: Arc<RwLock<HashMap<String, Pod>>>,
+    /// Pods whose worker ended, with their final status, until the status manager
+    /// takes them.
+    finished: Arc<Mutex<Vec<Pod>>>,
+    /// Whether a status manager takes finished pods (standalone nodes have none).
+    tracking: Arc<std::sync::atomic::AtomicBool>,
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl StatusStore {
     /// Records a pod with its status.
     pub fn set(&self, mut pod: Pod, status: PodStatus) {
         pod.status = Some(status);
-        self.inner
+        let old = self
+            .inner
             .write()
             .unwrap()
-            .insert(uid(&pod).to_owned(), pod);
+            .insert(uid(&pod).to_owned(), pod.clone());
+        if old.as_ref() != Some(&pod) {
+            self.changed.notify_one();
+        }
+    }
+
+    /// Records that a pod's worker ended, with the pod's final status.
+    pub fn finish(&self, mut pod: Pod, status: PodStatus) {
+        self.inner.write().unwrap().remove(uid(&pod));
+        if self.tracking.load(std::sync::atomic::Ordering::Acquire) {
+            pod.status = Some(status);
+            self.finished.lock().unwrap().push(pod);
+        }
+        self.changed.notify_one();
+    }
+
+    /// From now on, finished pods are kept for [`Self::take_finished`].
+    pub fn track_finished(&self) {
+        self.tracking
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The pods finished since the last call.
+    pub fn take_finished(&self) -> Vec<Pod> {
+        std::mem::take(&mut *self.finished.lock().unwrap())
+    }
+
+    /// Resolves when a status changed or a pod finished since the last wait.
+    pub async fn changed(&self) {
+        self.changed.notified().await;
     }
 
     /// The last status recorded for a pod.

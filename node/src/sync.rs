@@ -20,6 +20,7 @@ use wasmlet_runtime::{
 };
 
 use crate::backoff::Backoff;
+use crate::cluster::events::{EventRecorder, NORMAL, WARNING};
 use crate::duration;
 use crate::podconfig::{full_name, uid};
 use crate::podspec::{self, ClusterDns};
@@ -113,6 +114,7 @@ pub struct PodSyncer {
     /// How soon to retry after an error that has no back-off of its own.
     retry_after_error: Duration,
     dns: ClusterDns,
+    events: EventRecorder,
 }
 
 /// The restart policy of a pod, defaulting to `Always`.
@@ -172,7 +174,14 @@ impl PodSyncer {
             pod_logs_dir,
             retry_after_error: backoff_initial,
             dns: ClusterDns::default(),
+            events: EventRecorder::default(),
         }
+    }
+
+    /// Records the kubelet's events (Pulling, Created, Started, Killing, BackOff...).
+    pub fn with_events(mut self, events: EventRecorder) -> Self {
+        self.events = events;
+        self
     }
 
     /// Sets the cluster DNS that pods with `ClusterFirst` get.
@@ -344,6 +353,23 @@ impl PodSyncer {
                     let mut backoff = self.restart_backoff.lock().unwrap();
                     if let Some(left) = backoff.remaining(&key, finished, now) {
                         let delay = backoff.get(&key).unwrap_or_default();
+                        if rec
+                            .waiting
+                            .as_ref()
+                            .is_none_or(|w| w.reason != "CrashLoopBackOff")
+                        {
+                            self.events.pod(
+                                pod,
+                                Some(&c.name),
+                                WARNING,
+                                "BackOff",
+                                format!(
+                                    "Back-off restarting failed container {} in pod {}",
+                                    c.name,
+                                    full_name(pod)
+                                ),
+                            );
+                        }
                         rec.waiting = Some(Waiting::new(
                             "CrashLoopBackOff",
                             format!(
@@ -392,6 +418,15 @@ impl PodSyncer {
                 }
                 Err(StartError { waiting, retry }) => {
                     tracing::warn!(pod = %full_name(pod), container = %c.name, reason = %waiting.reason, "{}", waiting.message);
+                    if waiting.reason != "ImagePullBackOff" {
+                        self.events.pod(
+                            pod,
+                            Some(&c.name),
+                            WARNING,
+                            "Failed",
+                            format!("Error: {}", waiting.reason),
+                        );
+                    }
                     st.containers
                         .get_mut(&c.name)
                         .expect("inserted above")
@@ -410,10 +445,19 @@ impl PodSyncer {
         if let Some(runtime) = st.runtime.clone() {
             let running: Vec<String> = st
                 .containers
-                .values()
-                .filter_map(|r| r.current.as_ref())
-                .filter(|cs| cs.state == ContainerState::Running)
-                .map(|cs| cs.id.clone())
+                .iter()
+                .filter_map(|(name, r)| Some((name, r.current.as_ref()?)))
+                .filter(|(_, cs)| cs.state == ContainerState::Running)
+                .map(|(name, cs)| {
+                    self.events.pod(
+                        pod,
+                        Some(name),
+                        NORMAL,
+                        "Killing",
+                        format!("Stopping container {name}"),
+                    );
+                    cs.id.clone()
+                })
                 .collect();
             let stops = running.iter().map(|id| {
                 let runtime = runtime.clone();
@@ -679,7 +723,16 @@ impl PodSyncer {
                     retry: self.retry_after_error,
                 });
             }
-            ("Never", true) | ("IfNotPresent", true) => return Ok(()),
+            ("Never", true) | ("IfNotPresent", true) => {
+                self.events.pod(
+                    pod,
+                    Some(&c.name),
+                    NORMAL,
+                    "Pulled",
+                    format!("Container image {image:?} already present on machine"),
+                );
+                return Ok(());
+            }
             _ => {}
         }
         let key = format!("{}/{image}", uid(pod));
@@ -687,6 +740,13 @@ impl PodSyncer {
         {
             let backoff = self.image_backoff.lock().unwrap();
             if let Some(left) = backoff.remaining_since_update(&key, now) {
+                self.events.pod(
+                    pod,
+                    Some(&c.name),
+                    NORMAL,
+                    "BackOff",
+                    format!("Back-off pulling image {image:?}"),
+                );
                 let last = self.pull_errors.lock().unwrap().get(&key).cloned();
                 return Err(StartError {
                     waiting: Waiting::new(
@@ -702,12 +762,37 @@ impl PodSyncer {
                 });
             }
         }
+        self.events.pod(
+            pod,
+            Some(&c.name),
+            NORMAL,
+            "Pulling",
+            format!("Pulling image {image:?}"),
+        );
+        let pull_started = std::time::Instant::now();
         match runtime.pull_image(&image).await {
             Ok(_) => {
                 self.pull_errors.lock().unwrap().remove(&key);
+                self.events.pod(
+                    pod,
+                    Some(&c.name),
+                    NORMAL,
+                    "Pulled",
+                    format!(
+                        "Successfully pulled image {image:?} in {:.3?}",
+                        pull_started.elapsed()
+                    ),
+                );
                 Ok(())
             }
             Err(e) => {
+                self.events.pod(
+                    pod,
+                    Some(&c.name),
+                    WARNING,
+                    "Failed",
+                    format!("Failed to pull image {image:?}: {e}"),
+                );
                 let mut backoff = self.image_backoff.lock().unwrap();
                 backoff.next(&key, now, now);
                 let delay = backoff.get(&key).unwrap_or(self.retry_after_error);
@@ -763,6 +848,13 @@ impl PodSyncer {
                 waiting: Waiting::new("CreateContainerError", e.to_string()),
                 retry: self.retry_after_error,
             })?;
+        self.events.pod(
+            pod,
+            Some(&c.name),
+            NORMAL,
+            "Created",
+            format!("Created container: {}", c.name),
+        );
         if let Err(e) = runtime.start_container(&id).await {
             let _ = runtime.remove_container(&id).await;
             return Err(StartError {
@@ -770,6 +862,13 @@ impl PodSyncer {
                 retry: self.retry_after_error,
             });
         }
+        self.events.pod(
+            pod,
+            Some(&c.name),
+            NORMAL,
+            "Started",
+            format!("Started container {}", c.name),
+        );
         runtime.container_status(&id).await.map_err(|e| StartError {
             waiting: Waiting::new("RunContainerError", e.to_string()),
             retry: self.retry_after_error,

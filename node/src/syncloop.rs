@@ -51,6 +51,20 @@ impl LoopHealth {
     }
 }
 
+/// The grace a pod is stopped with: its deletion grace, else its spec's, else 30 s.
+pub fn grace_period(pod: &Pod) -> Duration {
+    let seconds = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .or(pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds))
+        .unwrap_or(30)
+        .max(0);
+    Duration::from_secs(seconds as u64)
+}
+
 /// Timing of the loop.
 #[derive(Clone, Copy, Debug)]
 pub struct LoopTiming {
@@ -73,6 +87,8 @@ pub struct SyncLoop {
     /// The pod sources this node has; housekeeping removes nothing until each has
     /// sent its first snapshot (the kubelet's `sourcesReady`).
     sources: Vec<String>,
+    /// Pods being deleted in the API whose termination has been started.
+    deleting: HashSet<String>,
 }
 
 impl SyncLoop {
@@ -95,6 +111,7 @@ impl SyncLoop {
             health,
             housekeeping_running: Arc::default(),
             sources: Vec::new(),
+            deleting: HashSet::new(),
         }
     }
 
@@ -152,6 +169,23 @@ impl SyncLoop {
         for pod in update.pods {
             let id = uid(&pod).to_owned();
             match update.op {
+                PodOp::Add | PodOp::Update | PodOp::Reconcile
+                    if pod.metadata.deletion_timestamp.is_some() =>
+                {
+                    // Deleted in the API: stop it within its grace; once stopped, the
+                    // status manager deletes it for good and the source drops it.
+                    self.readd_after_termination.remove(&id);
+                    self.pods.remove(&id);
+                    if !self.deleting.insert(id.clone()) && !self.workers.contains(&id) {
+                        continue; // already stopped; waiting for the source to drop it
+                    }
+                    tracing::info!(pod = %full_name(&pod), uid = %id, source = %update.source, "pod is being deleted");
+                    let grace = grace_period(&pod);
+                    self.workers.update(Work::Terminate {
+                        pod: Box::new(pod),
+                        grace,
+                    });
+                }
                 PodOp::Add | PodOp::Update | PodOp::Reconcile => {
                     if self.workers.is_terminating(&id) {
                         self.readd_after_termination.insert(id, pod);
@@ -166,19 +200,14 @@ impl SyncLoop {
                 PodOp::Delete => {
                     tracing::info!(pod = %full_name(&pod), uid = %id, source = %update.source, "pod removed");
                     self.readd_after_termination.remove(&id);
+                    if self.deleting.remove(&id) && !self.workers.contains(&id) {
+                        continue; // stopped and finalized already
+                    }
                     self.pods.remove(&id);
-                    let grace = pod
-                        .metadata
-                        .deletion_grace_period_seconds
-                        .or(pod
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.termination_grace_period_seconds))
-                        .unwrap_or(30)
-                        .max(0) as u64;
+                    let grace = grace_period(&pod);
                     self.workers.update(Work::Terminate {
                         pod: Box::new(pod),
-                        grace: Duration::from_secs(grace),
+                        grace,
                     });
                 }
             }

@@ -115,9 +115,14 @@ impl PodWorkers {
                 }
             },
             None => {
-                if let Work::Terminate { .. } = work {
-                    // Never started: nothing to stop.
-                    self.statuses.remove(&id);
+                if let Work::Terminate { pod, .. } = work {
+                    // Never started: nothing to stop. Its last status is its final one.
+                    let status = self
+                        .statuses
+                        .status(&id)
+                        .or_else(|| pod.status.clone())
+                        .unwrap_or_default();
+                    self.statuses.finish(*pod, status);
                     let _ = self.done_tx.send(id);
                     return true;
                 }
@@ -209,7 +214,9 @@ async fn run_worker(
             Work::Terminate { grace, .. } => {
                 tracing::info!(parent: &span, grace = ?grace, "terminating pod");
                 syncer.kill_pod(&pod, &mut st, grace).instrument(span).await;
-                statuses.remove(&id);
+                let previous = statuses.status(&id);
+                let status = pod_status(&pod, &st, previous.as_ref());
+                statuses.finish(pod, status);
                 let _ = done_tx.send(id);
                 return;
             }

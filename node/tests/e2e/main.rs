@@ -6,6 +6,7 @@
 //! node, not the other tests sharing two cores.
 
 mod cli;
+mod cluster;
 mod cri;
 mod isolation;
 mod lifecycle;

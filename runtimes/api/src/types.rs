@@ -262,7 +262,7 @@ pub struct ContainerStatus {
 }
 
 /// An image in the runtime's local store.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Image {
     /// The image id: the digest of its manifest (or config, for CRI runtimes).
     pub id: String,

@@ -1,0 +1,128 @@
+//! Membership of a cluster: everything the node does through the API server.
+//!
+//! - [`registration`] builds and registers the Node object;
+//! - [`lease`] renews the node's Lease in `kube-node-lease`;
+//! - [`node_status`] computes NodeStatus and writes it when it changed or is due;
+//! - [`pod_source`] watches the pods bound to the node and feeds PodConfig;
+//! - [`status_manager`] patches `pods/status` and finalizes deleted pods;
+//! - [`mirror`] keeps a mirror pod in the API for every static pod;
+//! - [`events`] records the kubelet's events.
+//!
+//! Every request is one the Node authorizer allows `system:node:<name>`; the table is
+//! in `docs/cluster.md` and the e2e test checks the node makes no other.
+
+pub mod events;
+pub mod lease;
+pub mod mirror;
+pub mod node_status;
+pub mod pod_source;
+pub mod registration;
+pub mod status_manager;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// The field manager the node's writes are recorded under.
+pub const FIELD_MANAGER: &str = "wasmlet";
+
+/// The annotation that marks a mirror pod; its value is the static pod's config hash.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// A client for the API server named in a kubeconfig file.
+pub async fn client_from_kubeconfig(path: &Path) -> anyhow::Result<kube::Client> {
+    let kubeconfig = Kubeconfig::read_from(path)
+        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("kubeconfig {}", path.display()))?;
+    kube::Client::try_from(config).context("building the API client")
+}
+
+/// The pods in the API bound to this node (mirror pods included), by `namespace/name`,
+/// as the pod source last saw them.
+#[derive(Clone, Default)]
+pub struct ApiPods {
+    inner: Arc<RwLock<HashMap<String, Pod>>>,
+}
+
+impl ApiPods {
+    pub fn key(namespace: &str, name: &str) -> String {
+        format!("{namespace}/{name}")
+    }
+
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Pod> {
+        self.inner
+            .read()
+            .unwrap()
+            .get(&Self::key(namespace, name))
+            .cloned()
+    }
+
+    pub fn all(&self) -> Vec<Pod> {
+        self.inner.read().unwrap().values().cloned().collect()
+    }
+
+    pub(crate) fn replace(&self, pods: HashMap<String, Pod>) {
+        *self.inner.write().unwrap() = pods;
+    }
+}
+
+/// Whether a pod is a mirror pod (the API's copy of a static pod).
+pub fn is_mirror(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
+}
+
+/// The Node object as last registered or written, shared by the parts that need its
+/// UID (owner references) or its addresses (host IPs).
+#[derive(Clone, Default)]
+pub struct NodeHandle {
+    inner: Arc<RwLock<Option<Node>>>,
+}
+
+impl NodeHandle {
+    pub fn get(&self) -> Option<Node> {
+        self.inner.read().unwrap().clone()
+    }
+
+    pub fn set(&self, node: Node) {
+        *self.inner.write().unwrap() = Some(node);
+    }
+
+    /// The owner reference the node's Lease and mirror pods carry, once registered.
+    pub fn owner_reference(
+        &self,
+    ) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+        let node = self.get()?;
+        Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: node.metadata.name.clone()?,
+                uid: node.metadata.uid.clone()?,
+                controller: Some(true),
+                block_owner_deletion: None,
+            },
+        )
+    }
+}
+
+/// Whether a kube error is the API's NotFound.
+pub fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// Whether a kube error is the API's AlreadyExists / Conflict (409).
+pub fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+#[cfg(test)]
+mod tests;

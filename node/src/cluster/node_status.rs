@@ -1,0 +1,300 @@
+//! NodeStatus: computed every `nodeStatusUpdateFrequency` (10 s) and written when it
+//! changed or every `nodeStatusReportFrequency` (5 min), as the kubelet does. A Node
+//! that was deleted is registered again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ContainerImage, Node, NodeCondition, NodeStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::registration::{NodeFacts, patch_params, register};
+use super::{NodeHandle, is_not_found};
+
+/// The kubelet's cap on `status.images`.
+pub const MAX_IMAGES: usize = 50;
+
+/// What the status loop asks the rest of the node.
+pub struct StatusInputs {
+    /// `Err(reason)` when the node is not ready (runtime down, PLEG unhealthy...).
+    pub readiness: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
+    /// The images on the node, by every runtime.
+    pub images: Arc<
+        dyn Fn() -> futures::future::BoxFuture<'static, Vec<wasmlet_runtime::Image>> + Send + Sync,
+    >,
+}
+
+fn time_now() -> Time {
+    Time(jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap())
+}
+
+/// `status.images`: largest first, at most [`MAX_IMAGES`], names are digests then tags.
+pub fn images(mut list: Vec<wasmlet_runtime::Image>) -> Vec<ContainerImage> {
+    list.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| a.id.cmp(&b.id)));
+    list.truncate(MAX_IMAGES);
+    list.into_iter()
+        .filter_map(|i| {
+            let names: Vec<String> = i
+                .repo_digests
+                .iter()
+                .chain(i.repo_tags.iter())
+                .cloned()
+                .collect();
+            let size_bytes = Some(i.size as i64);
+            (!names.is_empty()).then_some(ContainerImage {
+                names: Some(names),
+                size_bytes,
+            })
+        })
+        .collect()
+}
+
+/// The four conditions the kubelet sets, keeping transition times of conditions
+/// whose status did not change.
+pub fn conditions(ready: &Result<(), String>, previous: Option<&NodeStatus>) -> Vec<NodeCondition> {
+    let now = time_now();
+    let cond = |type_: &str, status: &str, reason: &str, message: &str| {
+        let kept = previous
+            .and_then(|p| p.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == type_ && c.status == status))
+            .and_then(|c| c.last_transition_time.clone());
+        NodeCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            last_heartbeat_time: Some(now.clone()),
+            last_transition_time: Some(kept.unwrap_or_else(|| now.clone())),
+        }
+    };
+    let mut out = vec![
+        cond(
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available",
+        ),
+        cond(
+            "DiskPressure",
+            "False",
+            "KubeletHasNoDiskPressure",
+            "kubelet has no disk pressure",
+        ),
+        cond(
+            "PIDPressure",
+            "False",
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available",
+        ),
+    ];
+    out.push(match ready {
+        Ok(()) => cond(
+            "Ready",
+            "True",
+            "KubeletReady",
+            "kubelet is posting ready status",
+        ),
+        Err(why) => cond("Ready", "False", "KubeletNotReady", why),
+    });
+    out
+}
+
+/// Whether two statuses differ in anything but heartbeat times.
+pub fn changed(a: &NodeStatus, b: &NodeStatus) -> bool {
+    let strip = |s: &NodeStatus| {
+        let mut s = s.clone();
+        for c in s.conditions.iter_mut().flatten() {
+            c.last_heartbeat_time = None;
+        }
+        s
+    };
+    strip(a) != strip(b)
+}
+
+/// Computes and writes the node's status until cancelled.
+pub struct NodeStatusLoop {
+    pub client: kube::Client,
+    pub facts: NodeFacts,
+    pub inputs: StatusInputs,
+    pub node: NodeHandle,
+    pub update_frequency: Duration,
+    pub report_frequency: Duration,
+}
+
+impl NodeStatusLoop {
+    /// The status the node would write now.
+    pub async fn compute(&self, previous: Option<&NodeStatus>) -> NodeStatus {
+        let mut status = self.facts.base_status();
+        status.conditions = Some(conditions(&(self.inputs.readiness)(), previous));
+        status.images = Some(images((self.inputs.images)().await));
+        status
+    }
+
+    pub async fn run(self, cancel: CancellationToken) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut last_write: Option<Instant> = None;
+        let mut failing = false;
+        loop {
+            // As the kubelet: read the Node, compute the status against what the API
+            // has (a controller may have marked the node Unknown meanwhile), write it
+            // when it differs or the report is due.
+            let outcome = match nodes.get(&self.facts.name).await {
+                Err(e) if is_not_found(&e) => {
+                    tracing::warn!(node = %self.facts.name, "the Node object is gone; registering again");
+                    if let Some(node) = register(&self.client, &self.facts, &cancel).await {
+                        self.node.set(node);
+                    }
+                    last_write = None;
+                    continue;
+                }
+                Err(e) => Err(e),
+                Ok(node) => {
+                    let current = node.status.clone().unwrap_or_default();
+                    self.node.set(node);
+                    let status = self.compute(Some(&current)).await;
+                    let due = last_write.is_none_or(|at| at.elapsed() >= self.report_frequency)
+                        || changed(&owned(&current), &status);
+                    if due {
+                        let patch = serde_json::json!({ "status": status });
+                        nodes
+                            .patch_status(
+                                &self.facts.name,
+                                &patch_params(),
+                                &Patch::Strategic(patch),
+                            )
+                            .await
+                            .map(|node| {
+                                self.node.set(node);
+                                last_write = Some(Instant::now());
+                            })
+                    } else {
+                        Ok(())
+                    }
+                }
+            };
+            match outcome {
+                Ok(()) => {
+                    if failing {
+                        tracing::info!(node = %self.facts.name, "node status is updated again");
+                    }
+                    failing = false;
+                }
+                Err(e) => {
+                    if !failing {
+                        tracing::error!(node = %self.facts.name, "error updating node status, will retry: {e}");
+                    }
+                    failing = true;
+                }
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(self.update_frequency) => {}
+            }
+        }
+    }
+}
+
+/// The part of a Node's status the node writes (controllers own the rest).
+pub fn owned(s: &NodeStatus) -> NodeStatus {
+    NodeStatus {
+        addresses: s.addresses.clone(),
+        allocatable: s.allocatable.clone(),
+        capacity: s.capacity.clone(),
+        conditions: s.conditions.as_ref().map(|cs| {
+            cs.iter()
+                .filter(|c| {
+                    matches!(
+                        c.type_.as_str(),
+                        "MemoryPressure" | "DiskPressure" | "PIDPressure" | "Ready"
+                    )
+                })
+                .cloned()
+                .collect()
+        }),
+        daemon_endpoints: s.daemon_endpoints.clone(),
+        images: s.images.clone(),
+        node_info: s.node_info.clone(),
+        runtime_handlers: s.runtime_handlers.clone(),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conditions_have_the_kubelets_reasons_and_keep_transition_times() {
+        let ready = conditions(&Ok(()), None);
+        let kinds: Vec<(&str, &str, &str)> = ready
+            .iter()
+            .map(|c| {
+                (
+                    c.type_.as_str(),
+                    c.status.as_str(),
+                    c.reason.as_deref().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                ("PIDPressure", "False", "KubeletHasSufficientPID"),
+                ("Ready", "True", "KubeletReady"),
+            ]
+        );
+        let mut prev = NodeStatus {
+            conditions: Some(ready),
+            ..Default::default()
+        };
+        let epoch = Time(jiff::Timestamp::UNIX_EPOCH);
+        for c in prev.conditions.iter_mut().flatten() {
+            c.last_transition_time = Some(epoch.clone());
+        }
+        let not_ready = conditions(&Err("PLEG is not healthy".into()), Some(&prev));
+        assert_eq!(not_ready[0].last_transition_time, Some(epoch.clone()));
+        assert_eq!(not_ready[3].status, "False");
+        assert_eq!(not_ready[3].message.as_deref(), Some("PLEG is not healthy"));
+        assert_ne!(not_ready[3].last_transition_time, Some(epoch));
+    }
+
+    #[test]
+    fn heartbeats_alone_are_not_a_change() {
+        let a = NodeStatus {
+            conditions: Some(conditions(&Ok(()), None)),
+            ..Default::default()
+        };
+        let mut b = a.clone();
+        for c in b.conditions.iter_mut().flatten() {
+            c.last_heartbeat_time = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        }
+        assert!(!changed(&a, &b));
+        b.conditions.as_mut().unwrap()[3].status = "False".into();
+        assert!(changed(&a, &b));
+    }
+
+    #[test]
+    fn images_are_largest_first_and_capped() {
+        let list: Vec<wasmlet_runtime::Image> = (0..60)
+            .map(|i| wasmlet_runtime::Image {
+                id: format!("sha256:{i:02}"),
+                repo_tags: vec![format!("r/{i}:1")],
+                repo_digests: vec![format!("r/{i}@sha256:{i:02}")],
+                size: i,
+                ..Default::default()
+            })
+            .collect();
+        let out = images(list);
+        assert_eq!(out.len(), MAX_IMAGES);
+        assert_eq!(out[0].size_bytes, Some(59));
+        assert_eq!(
+            out[0].names.as_ref().unwrap(),
+            &["r/59@sha256:59".to_owned(), "r/59:1".to_owned()]
+        );
+    }
+}

@@ -1,0 +1,437 @@
+//! The node in a cluster: the real binary against the testkit API server over TCP,
+//! authenticated as `system:node:e2e`.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use wasmlet_testkit::apiserver::{ApiServer, Request};
+use wasmlet_testkit::node::{NodeOptions, TestNode, poll};
+
+use crate::*;
+
+const NODE: &str = "e2e";
+
+/// A test API server on its own runtime, and a kubeconfig for the node.
+struct Cluster {
+    api: ApiServer,
+    kubeconfig: PathBuf,
+    _rt: tokio::runtime::Runtime,
+    _dir: tempfile::TempDir,
+}
+
+fn cluster() -> Cluster {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let api = ApiServer::new();
+    rt.block_on(api.serve_tcp(0)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, &format!("system:node:{NODE}"))
+        .unwrap();
+    Cluster {
+        api,
+        kubeconfig,
+        _rt: rt,
+        _dir: dir,
+    }
+}
+
+fn node_options(c: &Cluster, images: &[&str]) -> NodeOptions {
+    NodeOptions {
+        images: images.iter().map(|s| s.to_string()).collect(),
+        extra_args: vec![
+            "--kubeconfig".into(),
+            c.kubeconfig.display().to_string(),
+            "--node-labels".into(),
+            "example.com/tier=edge".into(),
+            "--register-with-taints".into(),
+            "wasm=only:NoSchedule".into(),
+            "--node-ip".into(),
+            "127.0.0.1".into(),
+        ],
+        ..Default::default()
+    }
+}
+
+/// A pod bound to the node, as the scheduler would leave it.
+fn api_pod(name: &str, image_name: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": "default" },
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{
+                "name": "main",
+                "image": image(image_name),
+                "imagePullPolicy": "IfNotPresent",
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+fn condition(pod: &Pod, type_: &str) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+fn node_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "Ready"
+                    && c.status == "True"
+                    && c.reason.as_deref() == Some("KubeletReady")
+            })
+        })
+}
+
+/// The pod of this exact name on the node (`/pods`).
+fn here(node: &TestNode, name: &str) -> Option<Pod> {
+    node.pods()
+        .ok()?
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+}
+
+fn wait<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    poll(timeout, f).unwrap_or_else(|| panic!("timed out waiting for {what}"))
+}
+
+/// Whether the Node authorizer (with NodeRestriction) lets `system:node:<NODE>` make
+/// this request; `pods` are the pods bound to the node. The table is docs/cluster.md's.
+fn allowed(r: &Request, pods: &BTreeSet<String>) -> bool {
+    let own_pod = || pods.contains(&r.name);
+    match (
+        r.api_group.as_str(),
+        r.resource.as_str(),
+        r.subresource.as_str(),
+        r.verb.as_str(),
+    ) {
+        ("", "nodes", "", "create") => true,
+        ("", "nodes", "", "get" | "patch" | "update") => r.name == NODE,
+        ("", "nodes", "status", "patch" | "update") => r.name == NODE,
+        ("", "pods", "", "list" | "watch") => r.field_selector == format!("spec.nodeName={NODE}"),
+        ("", "pods", "status", "patch" | "update") => own_pod(),
+        // Mirror pods only (NodeRestriction); checked on the objects below.
+        ("", "pods", "", "create") => true,
+        ("", "pods", "", "delete") => own_pod(),
+        ("coordination.k8s.io", "leases", "", "get" | "update" | "patch") => {
+            r.namespace == "kube-node-lease" && r.name == NODE
+        }
+        ("coordination.k8s.io", "leases", "", "create") => r.namespace == "kube-node-lease",
+        ("" | "events.k8s.io", "events", "", "create" | "patch" | "update") => true,
+        _ => false,
+    }
+}
+
+#[test]
+fn joins_the_cluster_runs_api_pods_keeps_mirrors_and_asks_only_what_a_node_may() {
+    let c = cluster();
+    let node = start_with(node_options(&c, &["ticker"]));
+    node.write_manifest("static.yaml", &manifest("static", "ticker", "Always", ""))
+        .unwrap();
+
+    // Registration: labels, taints, resources, addresses, identity, handlers, Ready.
+    let n: Node = wait("the Node to be Ready", LONG, || {
+        c.api.get::<Node>(None, NODE).filter(node_ready)
+    });
+    let labels = n.metadata.labels.clone().unwrap();
+    assert_eq!(labels["kubernetes.io/hostname"], NODE);
+    assert_eq!(labels["kubernetes.io/os"], "linux");
+    assert_eq!(labels["kubernetes.io/arch"], "amd64");
+    assert_eq!(labels["example.com/tier"], "edge");
+    let taint = &n.spec.as_ref().unwrap().taints.as_ref().unwrap()[0];
+    assert_eq!(
+        (taint.key.as_str(), taint.effect.as_str()),
+        ("wasm", "NoSchedule")
+    );
+    let status = n.status.clone().unwrap();
+    let capacity = status.capacity.unwrap();
+    let allocatable = status.allocatable.unwrap();
+    for r in ["cpu", "memory", "ephemeral-storage", "pods"] {
+        assert!(capacity.contains_key(r), "capacity has {r}: {capacity:?}");
+        assert!(allocatable.contains_key(r), "allocatable has {r}");
+    }
+    assert_eq!(capacity["pods"].0, "110");
+    assert_ne!(
+        capacity["memory"], allocatable["memory"],
+        "evictionHard is reserved"
+    );
+    let addresses: Vec<(String, String)> = status
+        .addresses
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.type_, a.address))
+        .collect();
+    assert_eq!(
+        addresses,
+        [
+            ("InternalIP".to_owned(), "127.0.0.1".to_owned()),
+            ("Hostname".to_owned(), NODE.to_owned())
+        ]
+    );
+    let info = status.node_info.unwrap();
+    assert!(
+        info.kubelet_version.starts_with("v1.33.0-wasmlet"),
+        "{info:?}"
+    );
+    assert!(
+        info.container_runtime_version.starts_with("wasmtime://"),
+        "{info:?}"
+    );
+    assert!(!info.boot_id.is_empty() && !info.kernel_version.is_empty());
+    assert_eq!(info.operating_system, "linux");
+    let handlers: Vec<String> = status
+        .runtime_handlers
+        .unwrap()
+        .into_iter()
+        .filter_map(|h| h.name)
+        .collect();
+    assert!(handlers.contains(&"wasmtime".to_owned()), "{handlers:?}");
+    assert_eq!(
+        status
+            .daemon_endpoints
+            .unwrap()
+            .kubelet_endpoint
+            .unwrap()
+            .port,
+        10250
+    );
+
+    // The Lease: held by the node, 40 s, owned by the Node.
+    let lease: Lease = wait("the node lease", LONG, || {
+        c.api.get::<Lease>(Some("kube-node-lease"), NODE)
+    });
+    let spec = lease.spec.clone().unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some(NODE));
+    assert_eq!(spec.lease_duration_seconds, Some(40));
+    let owner = wait("the lease's owner reference", LONG, || {
+        c.api
+            .get::<Lease>(Some("kube-node-lease"), NODE)?
+            .metadata
+            .owner_references?
+            .pop()
+    });
+    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Node", NODE));
+    assert_eq!(Some(owner.uid), n.metadata.uid.clone());
+
+    // An API pod runs and its status reaches Running with the right conditions.
+    let created = c.api.create(&api_pod("web", "ticker")).unwrap();
+    let started = Instant::now();
+    let web: Pod = wait("the API pod to be Running and Ready", LONG, || {
+        c.api
+            .get::<Pod>(Some("default"), "web")
+            .filter(|p| is_running(p) && condition(p, "Ready").as_deref() == Some("True"))
+    });
+    eprintln!(
+        "API pod created -> Running in the API in {:?}",
+        started.elapsed()
+    );
+    let st = web.status.clone().unwrap();
+    for t in [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "ContainersReady",
+        "PodScheduled",
+    ] {
+        assert_eq!(condition(&web, t).as_deref(), Some("True"), "{t}");
+    }
+    assert_eq!(st.host_ip.as_deref(), Some("127.0.0.1"));
+    assert_eq!(st.qos_class.as_deref(), Some("BestEffort"));
+    assert!(st.start_time.is_some());
+    let cs = container(&web);
+    assert!(cs.ready && cs.started == Some(true));
+    assert_eq!(cs.restart_count, 0);
+    assert!(
+        cs.container_id
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("wasm://"),
+        "{cs:?}"
+    );
+    assert!(cs.image_id.contains("@sha256:"), "{cs:?}");
+
+    // The static pod has a mirror pod with the config hash and the Node as owner.
+    let mirror: Pod = wait("the mirror pod to be Running", LONG, || {
+        c.api
+            .get::<Pod>(Some("default"), "static-e2e")
+            .filter(is_running)
+    });
+    let local = node.pod("static").expect("the static pod runs");
+    let hash = local.metadata.annotations.as_ref().unwrap()["kubernetes.io/config.hash"].clone();
+    assert_eq!(
+        mirror.metadata.annotations.as_ref().unwrap()["kubernetes.io/config.mirror"],
+        hash
+    );
+    let owner = &mirror.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Node", NODE));
+
+    // Deleting the mirror recreates it; the static pod keeps running, untouched.
+    let old_uid = mirror.metadata.uid.clone().unwrap();
+    c.api
+        .delete::<Pod>(Some("default"), "static-e2e", None)
+        .unwrap();
+    wait("a new mirror pod", LONG, || {
+        c.api.get::<Pod>(Some("default"), "static-e2e").filter(|p| {
+            p.metadata.uid.as_deref() != Some(&old_uid) && p.metadata.deletion_timestamp.is_none()
+        })
+    });
+    let still = node.pod("static").unwrap();
+    assert!(is_running(&still));
+    assert_eq!(still.metadata.uid, local.metadata.uid);
+    assert_eq!(container(&still).restart_count, 0);
+
+    // Deleting the API pod stops it within its grace and finalizes it.
+    let deleted = Instant::now();
+    c.api
+        .delete::<Pod>(Some("default"), "web", Some(5))
+        .unwrap();
+    wait("the pod to be finalized", Duration::from_secs(20), || {
+        c.api
+            .get::<Pod>(Some("default"), "web")
+            .is_none()
+            .then_some(())
+    });
+    eprintln!("API pod deleted -> finalized in {:?}", deleted.elapsed());
+    wait("the node to stop the pod", Duration::from_secs(10), || {
+        here(&node, "web").is_none().then_some(())
+    });
+
+    // Events with the kubelet's reasons.
+    let reasons: BTreeSet<String> = wait("events", LONG, || {
+        let reasons: BTreeSet<String> = c
+            .api
+            .list::<Event>(Some("default"))
+            .into_iter()
+            .filter(|e| e.involved_object.uid == created.metadata.uid)
+            .filter_map(|e| e.reason)
+            .collect();
+        reasons.contains("Killing").then_some(reasons)
+    });
+    for r in ["Pulled", "Created", "Started", "Killing"] {
+        assert!(reasons.contains(r), "event {r} in {reasons:?}");
+    }
+
+    // Every request the node made is one the Node authorizer allows.
+    let pods = BTreeSet::from(["web".to_owned(), "static-e2e".to_owned()]);
+    let requests = c.api.requests();
+    assert!(requests.len() > 10);
+    let denied: Vec<&Request> = requests
+        .iter()
+        .filter(|r| r.user != format!("system:node:{NODE}") || !allowed(r, &pods))
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "requests a node may not make: {denied:#?}"
+    );
+    for p in c.api.list::<Pod>(Some("default")) {
+        if p.metadata.name.as_deref() == Some("static-e2e") {
+            assert!(
+                p.metadata
+                    .annotations
+                    .unwrap()
+                    .contains_key("kubernetes.io/config.mirror")
+            );
+        }
+    }
+}
+
+#[test]
+fn an_api_server_outage_of_a_minute_changes_nothing_that_runs() {
+    let c = cluster();
+    let node = start_with(node_options(&c, &["ticker"]));
+    node.write_manifest("static.yaml", &manifest("static", "ticker", "Always", ""))
+        .unwrap();
+    c.api.create(&api_pod("web", "ticker")).unwrap();
+    wait("the API pod to be Running", LONG, || {
+        c.api.get::<Pod>(Some("default"), "web").filter(is_running)
+    });
+    wait("the mirror pod", LONG, || {
+        c.api
+            .get::<Pod>(Some("default"), "static-e2e")
+            .filter(is_running)
+    });
+    let pid = node.pid();
+    let before: Vec<(String, Option<String>)> = node
+        .pods()
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.metadata.name.clone().unwrap(), p.metadata.uid.clone()))
+        .collect();
+
+    c.api.faults().set_down(true);
+    let down_at = Instant::now();
+    let outage = Duration::from_secs(60);
+    while down_at.elapsed() < outage {
+        // Both pods keep running, with no restart, the whole time.
+        for name in ["web", "static-e2e"] {
+            let p = here(&node, name).unwrap_or_else(|| panic!("{name} is still known"));
+            assert!(is_running(&p), "{name} runs during the outage");
+            assert_eq!(container(&p).restart_count, 0);
+        }
+        std::thread::sleep(Duration::from_secs(2)); // pacing of the observation, not sync
+    }
+    // Meanwhile the node lifecycle controller marks the node Unknown, as it does
+    // when the lease expires.
+    let mut n: Node = c.api.get(None, NODE).unwrap();
+    for cond in n.status.as_mut().unwrap().conditions.as_mut().unwrap() {
+        cond.status = "Unknown".into();
+        cond.reason = Some("NodeStatusUnknown".into());
+        cond.message = Some("Kubelet stopped posting node status.".into());
+    }
+    c.api.replace(&n).unwrap();
+    let renewed_before = c
+        .api
+        .get::<Lease>(Some("kube-node-lease"), NODE)
+        .unwrap()
+        .spec
+        .unwrap()
+        .renew_time
+        .unwrap();
+    c.api.faults().set_down(false);
+    let up_at = jiff::Timestamp::now();
+
+    // The lease and node status resume without a restart.
+    wait("the lease to be renewed", Duration::from_secs(30), || {
+        let t = c
+            .api
+            .get::<Lease>(Some("kube-node-lease"), NODE)?
+            .spec?
+            .renew_time?;
+        (t.0 > renewed_before.0 && t.0 >= up_at).then_some(())
+    });
+    wait(
+        "the node to report Ready again",
+        Duration::from_secs(30),
+        || c.api.get::<Node>(None, NODE).filter(node_ready),
+    );
+    assert_eq!(node.pid(), pid, "the same node process");
+    let after: Vec<(String, Option<String>)> = node
+        .pods()
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.metadata.name.clone().unwrap(), p.metadata.uid.clone()))
+        .collect();
+    assert_eq!(before, after, "the same pods, never restarted");
+    // The pod watch resumed: a new pod runs.
+    c.api.create(&api_pod("late", "ticker")).unwrap();
+    wait("a pod created after the outage to run", LONG, || {
+        c.api.get::<Pod>(Some("default"), "late").filter(is_running)
+    });
+}
