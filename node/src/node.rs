@@ -337,6 +337,11 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
             sources_tx.clone(),
             cancel.clone(),
         ));
+        tokio::spawn(crate::cluster::runtime_classes::run(
+            client.clone(),
+            router.clone(),
+            cancel.clone(),
+        ));
         if let Some(rx) = events_rx {
             tokio::spawn(crate::cluster::events::run(
                 client.clone(),

@@ -7,7 +7,7 @@
 //! is never split across runtimes.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::Pod;
 use wasmlet_runtime::Runtime;
@@ -24,6 +24,9 @@ pub struct RuntimeRouter {
     default_handler: String,
     /// The Wasm image store, to route pods whose images are all Wasm images.
     wasm_images: Option<ImageStore>,
+    /// RuntimeClass name -> handler from the API server's RuntimeClass objects, when
+    /// the node is in a cluster; they win over the configured classes.
+    api_classes: Arc<RwLock<Option<BTreeMap<String, String>>>>,
 }
 
 impl RuntimeRouter {
@@ -37,6 +40,7 @@ impl RuntimeRouter {
             handlers,
             default_handler: default_handler.into(),
             wasm_images: None,
+            api_classes: Arc::default(),
         }
     }
 
@@ -58,20 +62,46 @@ impl RuntimeRouter {
             .all(|c| c.image.as_deref().is_some_and(|i| store.resolve(i).is_ok()))
     }
 
+    /// Replaces the RuntimeClasses known from the API server.
+    pub fn set_api_classes(&self, classes: BTreeMap<String, String>) {
+        *self.api_classes.write().unwrap() = Some(classes);
+    }
+
+    /// The handler of a RuntimeClass: the API's RuntimeClass object, else this node's
+    /// configuration.
+    fn class_handler(&self, class: &str) -> Option<String> {
+        if let Some(h) = self
+            .api_classes
+            .read()
+            .unwrap()
+            .as_ref()
+            .and_then(|m| m.get(class))
+        {
+            return Some(h.clone());
+        }
+        self.classes.get(class).cloned()
+    }
+
     /// The runtime for a pod and the handler name to pass it.
     pub fn for_pod(&self, pod: &Pod) -> Result<(Arc<dyn Runtime>, String), String> {
         let class = pod.spec.as_ref().and_then(|s| s.runtime_class_name.clone());
-        let handler =
-            match &class {
-                Some(class) => self.classes.get(class).cloned().ok_or_else(|| {
-                    format!("RuntimeClass {class:?} is not configured on this node")
-                })?,
-                None if self.all_images_are_wasm(pod) => wasmlet_runtime_wasm::HANDLER.to_owned(),
-                None => self.default_handler.clone(),
-            };
+        let handler = match &class {
+            Some(class) => self
+                .class_handler(class)
+                .ok_or_else(|| format!("RuntimeClass {class:?} is not configured on this node"))?,
+            None if self.all_images_are_wasm(pod) => wasmlet_runtime_wasm::HANDLER.to_owned(),
+            None => self.default_handler.clone(),
+        };
+        // A handler the node was not told about goes to the CRI runtime (the default
+        // handler `""`), which knows its own handlers, as the kubelet passes it on.
         let runtime = self
             .handlers
             .get(&handler)
+            .or_else(|| {
+                (handler != wasmlet_runtime_wasm::HANDLER)
+                    .then(|| self.handlers.get(""))
+                    .flatten()
+            })
             .cloned()
             .ok_or_else(|| format!("no runtime for handler {handler:?} is configured"))?;
         Ok((runtime, handler))
@@ -140,5 +170,23 @@ mod tests {
         assert!(!router.all_images_are_wasm(&pod(&["busybox:1.36"])));
         let without_store = RuntimeRouter::new(BTreeMap::new(), BTreeMap::new(), "");
         assert!(!without_store.all_images_are_wasm(&pod(&[wasm])));
+    }
+
+    #[test]
+    fn runtime_classes_from_the_api_win_over_the_configured_ones() {
+        let router = RuntimeRouter::new(
+            BTreeMap::from([("wasm".to_owned(), "wasmtime".to_owned())]),
+            BTreeMap::new(),
+            "",
+        );
+        assert_eq!(router.class_handler("wasm").as_deref(), Some("wasmtime"));
+        assert_eq!(router.class_handler("edge"), None);
+        // Clones share the API's classes (the watcher holds one).
+        router.clone().set_api_classes(BTreeMap::from([
+            ("edge".to_owned(), "wasmtime".to_owned()),
+            ("wasm".to_owned(), "runc".to_owned()),
+        ]));
+        assert_eq!(router.class_handler("edge").as_deref(), Some("wasmtime"));
+        assert_eq!(router.class_handler("wasm").as_deref(), Some("runc"));
     }
 }

@@ -6,7 +6,8 @@
 //! - [`pod_source`] watches the pods bound to the node and feeds PodConfig;
 //! - [`status_manager`] patches `pods/status` and finalizes deleted pods;
 //! - [`mirror`] keeps a mirror pod in the API for every static pod;
-//! - [`events`] records the kubelet's events.
+//! - [`events`] records the kubelet's events;
+//! - [`runtime_classes`] resolves `runtimeClassName` through the API's RuntimeClasses.
 //!
 //! Every request is one the Node authorizer allows `system:node:<name>`; the table is
 //! in `docs/cluster.md` and the e2e test checks the node makes no other.
@@ -17,6 +18,7 @@ pub mod mirror;
 pub mod node_status;
 pub mod pod_source;
 pub mod registration;
+pub mod runtime_classes;
 pub mod status_manager;
 
 use std::collections::HashMap;

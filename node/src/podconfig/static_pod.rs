@@ -105,9 +105,12 @@ pub fn apply_defaults(pod: &mut Pod, origin: Origin<'_>, node_name: &str) {
     if meta.uid.as_deref().unwrap_or("").is_empty() {
         let mut h = Sha256::new();
         h.update(serde_json::to_vec(&pod).expect("pods serialize"));
-        h.update(format!("host:{node_name}"));
+        // As the kubelet: a file's pod is unique per node, a URL's per URL.
         match origin {
-            Origin::File(path) => h.update(format!("file:{}", path.display())),
+            Origin::File(path) => {
+                h.update(format!("host:{node_name}"));
+                h.update(format!("file:{}", path.display()));
+            }
             Origin::Url(url) => h.update(format!("url:{url}")),
         }
         pod.metadata.uid = Some(hex::encode(&h.finalize()[..16]));
@@ -134,13 +137,16 @@ pub fn apply_defaults(pod: &mut Pod, origin: Origin<'_>, node_name: &str) {
         return;
     };
     spec.node_name = Some(node_name.to_owned());
-    // Static pods tolerate every NoExecute taint, so they are never evicted by taints.
-    let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
-    tolerations.push(Toleration {
-        operator: Some("Exists".into()),
-        effect: Some("NoExecute".into()),
-        ..Default::default()
-    });
+    // Static pods from files tolerate every NoExecute taint, so node problems never
+    // evict them (the kubelet adds this for files only, not for a manifest URL).
+    if let Origin::File(_) = origin {
+        let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
+        tolerations.push(Toleration {
+            operator: Some("Exists".into()),
+            effect: Some("NoExecute".into()),
+            ..Default::default()
+        });
+    }
     spec.restart_policy.get_or_insert_with(|| "Always".into());
     spec.termination_grace_period_seconds.get_or_insert(30);
     spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use wasmlet_testkit::apiserver::{ApiServer, Request};
 use wasmlet_testkit::node::{NodeOptions, TestNode, poll};
 
@@ -136,6 +137,7 @@ fn allowed(r: &Request, pods: &BTreeSet<String>) -> bool {
         }
         ("coordination.k8s.io", "leases", "", "create") => r.namespace == "kube-node-lease",
         ("" | "events.k8s.io", "events", "", "create" | "patch" | "update") => true,
+        ("node.k8s.io", "runtimeclasses", "", "get" | "list" | "watch") => true,
         _ => false,
     }
 }
@@ -231,8 +233,19 @@ fn joins_the_cluster_runs_api_pods_keeps_mirrors_and_asks_only_what_a_node_may()
     assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Node", NODE));
     assert_eq!(Some(owner.uid), n.metadata.uid.clone());
 
-    // An API pod runs and its status reaches Running with the right conditions.
-    let created = c.api.create(&api_pod("web", "ticker")).unwrap();
+    // An API pod runs and its status reaches Running with the right conditions. Its
+    // RuntimeClass exists only in the API: the node resolves it to its handler.
+    let class: RuntimeClass = serde_json::from_value(serde_json::json!({
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": { "name": "edge-wasm" },
+        "handler": "wasmtime",
+    }))
+    .unwrap();
+    c.api.create(&class).unwrap();
+    let mut web = api_pod("web", "ticker");
+    web.spec.as_mut().unwrap().runtime_class_name = Some("edge-wasm".into());
+    let created = c.api.create(&web).unwrap();
     let started = Instant::now();
     let web: Pod = wait("the API pod to be Running and Ready", LONG, || {
         c.api
@@ -434,4 +447,54 @@ fn an_api_server_outage_of_a_minute_changes_nothing_that_runs() {
     wait("a pod created after the outage to run", LONG, || {
         c.api.get::<Pod>(Some("default"), "late").filter(is_running)
     });
+}
+
+#[test]
+fn static_pods_from_a_manifest_url_run_and_follow_the_url() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let body = std::sync::Arc::new(std::sync::Mutex::new(manifest(
+        "fromurl", "ticker", "Always", "",
+    )));
+    let served = body.clone();
+    let app = axum::Router::new().route(
+        "/pods",
+        axum::routing::get(move |headers: axum::http::HeaderMap| {
+            let served = served.clone();
+            async move {
+                if headers.get("x-token").map(|v| v.as_bytes()) != Some(b"secret") {
+                    return (axum::http::StatusCode::FORBIDDEN, String::new());
+                }
+                (axum::http::StatusCode::OK, served.lock().unwrap().clone())
+            }
+        }),
+    );
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    rt.spawn(async move { axum::serve(listener, app).await });
+
+    let node = start_with(NodeOptions {
+        images: vec!["ticker".into()],
+        extra_args: vec![
+            "--manifest-url".into(),
+            format!("http://{addr}/pods"),
+            "--manifest-url-header".into(),
+            "x-token:secret".into(),
+            "--http-check-frequency".into(),
+            "1s".into(),
+        ],
+        ..Default::default()
+    });
+    let pod = node.wait_pod("fromurl", LONG, is_running).unwrap();
+    assert_eq!(
+        pod.metadata.annotations.as_ref().unwrap()["kubernetes.io/config.source"],
+        "http"
+    );
+    *body.lock().unwrap() = String::new();
+    node.wait_gone("fromurl", Duration::from_secs(20)).unwrap();
 }
