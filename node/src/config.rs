@@ -519,6 +519,9 @@ impl NodeFlags {
             let mut node_labels = BTreeMap::new();
             for label in &self.node_labels {
                 match label.split_once('=') {
+                    Some((k, _)) if !node_label_allowed(k.trim()) => errors.push(format!(
+                        "--node-labels: {k:?} is in a kubernetes.io or k8s.io namespace a node may not set on itself (NodeRestriction); allowed there: kubelet.kubernetes.io/*, node.kubernetes.io/* and the kubelet's own labels"
+                    )),
                     Some((k, v)) if !k.trim().is_empty() => {
                         node_labels.insert(k.trim().to_owned(), v.trim().to_owned());
                     }
@@ -652,6 +655,41 @@ impl NodeFlags {
             sandbox_args,
         })
     }
+}
+
+/// Whether a node may set this label on itself: labels in the `kubernetes.io` and
+/// `k8s.io` namespaces only from the kubelet's list (`IsKubeletLabel`), never under
+/// `node-restriction.kubernetes.io/`.
+pub fn node_label_allowed(key: &str) -> bool {
+    const KUBELET_LABELS: &[&str] = &[
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "failure-domain.beta.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+    ];
+    let Some((prefix, _)) = key.split_once('/') else {
+        return true;
+    };
+    let restricted = |ns: &str| prefix == ns || prefix.ends_with(&format!(".{ns}"));
+    if !(restricted("kubernetes.io") || restricted("k8s.io")) {
+        return true;
+    }
+    if prefix == "node-restriction.kubernetes.io"
+        || prefix.ends_with(".node-restriction.kubernetes.io")
+    {
+        return false;
+    }
+    KUBELET_LABELS.contains(&key)
+        || ["kubelet.kubernetes.io", "node.kubernetes.io"]
+            .iter()
+            .any(|ns| prefix == *ns || prefix.ends_with(&format!(".{ns}")))
 }
 
 /// Parses a `--register-with-taints` entry: `key[=value]:Effect`.
@@ -838,6 +876,35 @@ mod tests {
         let (_dir, flags) = flags_with_file("wasmlet:\n  restartBackof: {initial: 1s}\n");
         let text = flags.resolve().unwrap_err().0.join("\n");
         assert!(text.contains("restartBackof"), "{text}");
+    }
+
+    #[test]
+    fn node_labels_follow_node_restriction() {
+        for ok in [
+            "example.com/tier",
+            "tier",
+            "node.kubernetes.io/role",
+            "x.kubelet.kubernetes.io/y",
+            "topology.kubernetes.io/zone",
+        ] {
+            assert!(node_label_allowed(ok), "{ok}");
+        }
+        for bad in [
+            "node-role.kubernetes.io/worker",
+            "kubernetes.io/custom",
+            "example.k8s.io/x",
+            "node-restriction.kubernetes.io/pool",
+        ] {
+            assert!(!node_label_allowed(bad), "{bad}");
+        }
+        let flags = NodeFlags {
+            hostname_override: Some("n".into()),
+            kubeconfig: Some("/k".into()),
+            node_labels: vec!["node-role.kubernetes.io/worker=".into()],
+            ..Default::default()
+        };
+        let err = flags.resolve().unwrap_err().0.join("\n");
+        assert!(err.contains("NodeRestriction"), "{err}");
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod duration;
+pub mod env;
 pub mod machine;
 pub mod node;
 pub mod pleg;

@@ -60,6 +60,7 @@ pub fn import_drop_dir(store: &ImageStore, dir: &Path) -> usize {
 async fn node_facts(
     config: &NodeConfig,
     cluster: &crate::config::ClusterSettings,
+    addresses: Vec<std::net::IpAddr>,
     machine: Option<crate::machine::MachineInfo>,
     resources: Option<(
         BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
@@ -68,13 +69,6 @@ async fn node_facts(
     router: &RuntimeRouter,
 ) -> crate::cluster::registration::NodeFacts {
     let hostname = config.node_name.clone();
-    let addresses = if cluster.node_ips.is_empty() {
-        crate::cluster::registration::detect_node_ip(&hostname)
-            .into_iter()
-            .collect()
-    } else {
-        cluster.node_ips.clone()
-    };
     // The default runtime's version: the CRI runtime's when there is one.
     let mut runtime_version = String::new();
     if let Some(r) = router.default_runtime() {
@@ -210,16 +204,47 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     } else {
         (EventRecorder::default(), None)
     };
-    let syncer = Arc::new(
-        PodSyncer::new(
-            router.clone(),
-            config.backoff_initial,
-            config.backoff_max,
-            config.pod_logs_dir.clone(),
-        )
-        .with_dns(config.dns.clone())
-        .with_events(events.clone()),
+    // The node's IPs: `--node-ip`, else the default route's (the downward API's
+    // `status.hostIP` and the Node's InternalIP).
+    let node_ips: Vec<std::net::IpAddr> = match config.cluster.as_ref().map(|c| &c.node_ips) {
+        Some(ips) if !ips.is_empty() => ips.clone(),
+        _ => crate::cluster::registration::detect_node_ip(&config.node_name)
+            .into_iter()
+            .collect(),
+    };
+    // Requests have a deadline; watches (which idle for minutes) use their own client.
+    let (client, watch_client) = match &config.cluster {
+        Some(cluster) => (
+            Some(
+                crate::cluster::client_from_kubeconfig(
+                    &cluster.kubeconfig,
+                    Some(crate::cluster::REQUEST_TIMEOUT),
+                )
+                .await?,
+            ),
+            Some(crate::cluster::client_from_kubeconfig(&cluster.kubeconfig, None).await?),
+        ),
+        None => (None, None),
+    };
+    let static_pods = crate::cluster::mirror::StaticPods::default();
+    let mut syncer = PodSyncer::new(
+        router.clone(),
+        config.backoff_initial,
+        config.backoff_max,
+        config.pod_logs_dir.clone(),
+    )
+    .with_dns(config.dns.clone())
+    .with_events(events.clone())
+    .with_node(
+        node_ips.iter().map(|ip| ip.to_string()).collect(),
+        node_resources.clone().map(|(_, a)| a).unwrap_or_default(),
     );
+    if let Some(client) = &client {
+        syncer = syncer.with_objects(Arc::new(crate::cluster::ApiObjects {
+            client: client.clone(),
+        }));
+    }
+    let syncer = Arc::new(syncer);
     let statuses = StatusStore::default();
     let loop_health = LoopHealth::default();
     let relist_health = RelistHealth::default();
@@ -286,12 +311,14 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
         let source = crate::podconfig::http::HttpSource::new(m.clone(), &config.node_name);
         tokio::spawn(source.run(sources_tx.clone(), cancel.clone()));
     }
-    if let Some(cluster) = &config.cluster {
-        let client = crate::cluster::client_from_kubeconfig(&cluster.kubeconfig).await?;
+    if let (Some(cluster), Some(client), Some(watch_client)) =
+        (&config.cluster, client, watch_client)
+    {
         sources.push(crate::cluster::pod_source::SOURCE.to_owned());
         let facts = node_facts(
             &config,
             cluster,
+            node_ips.clone(),
             machine.clone(),
             node_resources.clone(),
             &router,
@@ -331,14 +358,14 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
         let api_pods = crate::cluster::ApiPods::default();
         let node_handle = crate::cluster::NodeHandle::default();
         tokio::spawn(crate::cluster::pod_source::run(
-            client.clone(),
+            watch_client.clone(),
             config.node_name.clone(),
             api_pods.clone(),
             sources_tx.clone(),
             cancel.clone(),
         ));
         tokio::spawn(crate::cluster::runtime_classes::run(
-            client.clone(),
+            watch_client,
             router.clone(),
             cancel.clone(),
         ));
@@ -362,7 +389,7 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
         tokio::spawn(
             crate::cluster::mirror::MirrorManager {
                 client: client.clone(),
-                statuses: statuses.clone(),
+                static_pods: static_pods.clone(),
                 api_pods,
                 node: node_handle.clone(),
             }
@@ -430,7 +457,8 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
         },
         loop_health,
     )
-    .with_sources(sources);
+    .with_sources(sources)
+    .with_static_pods(static_pods);
     sync_loop.run(sources_rx, pleg_rx, cancel.clone()).await;
     drop(sources_tx);
 

@@ -196,6 +196,33 @@ pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> Pod
     }
 }
 
+/// The final status of a pod whose containers were all stopped (it was deleted): the
+/// phase is terminal, as the kubelet's `getPhase(..., podIsTerminal)` makes it:
+/// Succeeded when every container exited 0, else Failed; nothing is ready.
+pub fn terminal(mut status: PodStatus) -> PodStatus {
+    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return status;
+    }
+    let all_zero = status.container_statuses.iter().flatten().all(|c| {
+        c.state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)
+    });
+    status.phase = Some(if all_zero { "Succeeded" } else { "Failed" }.into());
+    for c in status.container_statuses.iter_mut().flatten() {
+        c.ready = false;
+    }
+    for cond in status.conditions.iter_mut().flatten() {
+        if cond.type_ == "Ready" || cond.type_ == "ContainersReady" {
+            cond.status = "False".into();
+            cond.reason = Some("PodCompleted".into());
+            cond.message = None;
+        }
+    }
+    status
+}
+
 /// The pod phase from its container statuses: the kubelet's `getPhase` for pods
 /// without init containers.
 pub fn phase(restart_policy: &str, statuses: &[ApiContainerStatus]) -> &'static str {

@@ -115,6 +115,12 @@ pub struct PodSyncer {
     retry_after_error: Duration,
     dns: ClusterDns,
     events: EventRecorder,
+    /// Where ConfigMaps and Secrets named by environments are read from.
+    objects: Arc<dyn crate::env::ObjectSource>,
+    /// The node's IPs (`status.hostIP(s)` in the downward API).
+    host_ips: Vec<String>,
+    /// The node's allocatable resources (limits a container does not set).
+    allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
 }
 
 /// The restart policy of a pod, defaulting to `Always`.
@@ -175,7 +181,27 @@ impl PodSyncer {
             retry_after_error: backoff_initial,
             dns: ClusterDns::default(),
             events: EventRecorder::default(),
+            objects: Arc::new(crate::env::NoApiServer),
+            host_ips: Vec::new(),
+            allocatable: BTreeMap::new(),
         }
+    }
+
+    /// Reads ConfigMaps and Secrets for environments from `objects`.
+    pub fn with_objects(mut self, objects: Arc<dyn crate::env::ObjectSource>) -> Self {
+        self.objects = objects;
+        self
+    }
+
+    /// The node's IPs and allocatable resources, for the downward API.
+    pub fn with_node(
+        mut self,
+        host_ips: Vec<String>,
+        allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    ) -> Self {
+        self.host_ips = host_ips;
+        self.allocatable = allocatable;
+        self
     }
 
     /// Records the kubelet's events (Pulling, Created, Started, Killing, BackOff...).
@@ -440,8 +466,30 @@ impl PodSyncer {
         }
     }
 
-    /// Stops every container (within `grace`) and the sandbox, and removes them.
+    /// Stops every container (within `grace`) and the sandbox, and removes them. A pod
+    /// this worker never synced (the node restarted meanwhile) first adopts what the
+    /// runtime still runs for it, so that is stopped gracefully too.
     pub async fn kill_pod(&self, pod: &Pod, st: &mut PodState, grace: Duration) {
+        if !st.adopted
+            && st.runtime.is_none()
+            && let Ok((runtime, handler)) = self.router.for_pod(pod)
+        {
+            st.runtime_name = match runtime.name() {
+                "wasm" => "wasm".to_owned(),
+                _ => runtime
+                    .version()
+                    .await
+                    .map(|v| v.runtime_name)
+                    .unwrap_or_else(|_| runtime.name().to_owned()),
+            };
+            let mut draft = st.clone();
+            if self.adopt(&*runtime, pod, &mut draft).await.is_ok() {
+                *st = draft;
+                st.adopted = true;
+            }
+            st.runtime = Some(runtime);
+            st.handler = handler;
+        }
         if let Some(runtime) = st.runtime.clone() {
             let running: Vec<String> = st
                 .containers
@@ -835,8 +883,15 @@ impl PodSyncer {
                 }
             })?;
         }
+        let env = self
+            .container_env(pod, c, sandbox)
+            .await
+            .map_err(|message| StartError {
+                waiting: Waiting::new("CreateContainerConfigError", message),
+                retry: self.retry_after_error,
+            })?;
         let config = self
-            .container_config(pod, c, attempt)
+            .container_config(pod, c, attempt, env)
             .map_err(|message| StartError {
                 waiting: Waiting::new("CreateContainerConfigError", message),
                 retry: self.retry_after_error,
@@ -875,27 +930,56 @@ impl PodSyncer {
         })
     }
 
+    /// The container's environment: ConfigMaps and Secrets it names are read first.
+    async fn container_env(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        sandbox: &SandboxRecord,
+    ) -> Result<crate::env::Env, String> {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let (config_maps, secrets) = crate::env::references(c);
+        let mut objects = crate::env::Objects::default();
+        for name in config_maps {
+            let cm = self.objects.config_map(ns, &name).await?;
+            objects.config_maps.insert(name, cm);
+        }
+        for name in secrets {
+            let secret = self.objects.secret(ns, &name).await?;
+            objects.secrets.insert(name, secret);
+        }
+        let pod_ips: Vec<String> = sandbox.ip.iter().cloned().collect();
+        let ctx = crate::env::Context {
+            host_ips: &self.host_ips,
+            pod_ips: &pod_ips,
+            allocatable: &self.allocatable,
+            objects: &objects,
+        };
+        let (env, invalid) = crate::env::make_env(pod, c, &ctx)?;
+        if !invalid.is_empty() {
+            self.events.pod(
+                pod,
+                Some(&c.name),
+                WARNING,
+                "InvalidEnvironmentVariableNames",
+                format!(
+                    "Keys [{}] from the EnvFrom configMap or secret were skipped since they are invalid environment variable names.",
+                    invalid.join(", ")
+                ),
+            );
+        }
+        Ok(env)
+    }
+
     fn container_config(
         &self,
         pod: &Pod,
         c: &Container,
         attempt: u32,
+        env: crate::env::Env,
     ) -> Result<ContainerConfig, String> {
-        let mut env = Vec::new();
-        for var in c.env.iter().flatten() {
-            match (&var.value, &var.value_from) {
-                (_, Some(_)) => {
-                    return Err(format!(
-                        "env {:?}: valueFrom is not supported by this node yet; the container is not started with a wrong value",
-                        var.name
-                    ));
-                }
-                (value, None) => env.push((var.name.clone(), value.clone().unwrap_or_default())),
-            }
-        }
-        if c.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
-            return Err("envFrom is not supported by this node yet; the container is not started with a wrong environment".into());
-        }
+        let (command, args) = crate::env::expand_command(c, &env);
+        let env = env.into_vec();
         let spec = pod.spec.clone().unwrap_or_default();
         let (cpu_shares, cpu_quota) =
             podspec::cpu_resources(c).map_err(|e| format!("resources: {e}"))?;
@@ -944,8 +1028,8 @@ impl PodSyncer {
                 attempt,
             },
             image: c.image.clone().unwrap_or_default(),
-            command: c.command.clone().unwrap_or_default(),
-            args: c.args.clone().unwrap_or_default(),
+            command,
+            args,
             working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
             env,
             mounts: Vec::new(),

@@ -51,6 +51,19 @@ impl LoopHealth {
     }
 }
 
+/// Whether the API says a pod has finished (Succeeded or Failed).
+pub fn is_terminal_in_api(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::podconfig::static_pod::CONFIG_SOURCE_ANNOTATION))
+        .is_some_and(|s| s == crate::cluster::pod_source::SOURCE)
+        && matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        )
+}
+
 /// The grace a pod is stopped with: its deletion grace, else its spec's, else 30 s.
 pub fn grace_period(pod: &Pod) -> Duration {
     let seconds = pod
@@ -89,6 +102,8 @@ pub struct SyncLoop {
     sources: Vec<String>,
     /// Pods being deleted in the API whose termination has been started.
     deleting: HashSet<String>,
+    /// Where the mirror pod manager reads the static pods from.
+    static_pods: crate::cluster::mirror::StaticPods,
 }
 
 impl SyncLoop {
@@ -112,6 +127,7 @@ impl SyncLoop {
             housekeeping_running: Arc::default(),
             sources: Vec::new(),
             deleting: HashSet::new(),
+            static_pods: Default::default(),
         }
     }
 
@@ -119,6 +135,25 @@ impl SyncLoop {
     pub fn with_sources(mut self, sources: impl IntoIterator<Item = String>) -> Self {
         self.sources = sources.into_iter().collect();
         self
+    }
+
+    /// Publishes the static pods to `static_pods` (for their mirror pods).
+    pub fn with_static_pods(mut self, static_pods: crate::cluster::mirror::StaticPods) -> Self {
+        self.static_pods = static_pods;
+        self
+    }
+
+    fn publish_static_pods(&self) {
+        let ready = self
+            .config
+            .seen_all(self.sources.iter().map(String::as_str));
+        let pods = self
+            .pods
+            .values()
+            .filter(|p| crate::cluster::mirror::is_static(p))
+            .cloned()
+            .collect();
+        self.static_pods.set(ready, pods);
     }
 
     /// Runs until cancelled.
@@ -141,6 +176,7 @@ impl SyncLoop {
                     for update in self.config.merge(snapshot) {
                         self.apply(update);
                     }
+                    self.publish_static_pods();
                 }
                 Some(event) = pleg.recv() => {
                     if let Some(pod) = self.pods.get(&event.pod_uid) {
@@ -185,6 +221,15 @@ impl SyncLoop {
                         pod: Box::new(pod),
                         grace,
                     });
+                }
+                PodOp::Add | PodOp::Update | PodOp::Reconcile
+                    if is_terminal_in_api(&pod) && !self.workers.contains(&id) =>
+                {
+                    // Finished before (this node restarted since): never run again, as
+                    // the kubelet treats a pod terminal in the API as terminated.
+                    if update.op == PodOp::Add {
+                        tracing::info!(pod = %full_name(&pod), uid = %id, phase = ?pod.status.as_ref().and_then(|s| s.phase.as_deref()), "pod already finished; not starting it again");
+                    }
                 }
                 PodOp::Add | PodOp::Update | PodOp::Reconcile => {
                     if self.workers.is_terminating(&id) {

@@ -115,17 +115,9 @@ impl PodWorkers {
                 }
             },
             None => {
-                if let Work::Terminate { pod, .. } = work {
-                    // Never started: nothing to stop. Its last status is its final one.
-                    let status = self
-                        .statuses
-                        .status(&id)
-                        .or_else(|| pod.status.clone())
-                        .unwrap_or_default();
-                    self.statuses.finish(*pod, status);
-                    let _ = self.done_tx.send(id);
-                    return true;
-                }
+                // A pod to terminate that has no worker (the node restarted, or it was
+                // deleted before it started) still gets one: what the runtime runs for
+                // it is adopted and stopped within the grace, then it is finished.
                 let (tx, rx) = watch::channel(work);
                 let task = run_worker(
                     self.syncer.clone(),
@@ -134,13 +126,7 @@ impl PodWorkers {
                     self.done_tx.clone(),
                 );
                 tokio::spawn(task);
-                self.workers.insert(
-                    id,
-                    WorkerHandle {
-                        tx,
-                        phase: WorkerPhase::Syncing,
-                    },
-                );
+                self.workers.insert(id, WorkerHandle { tx, phase: to });
                 true
             }
         }
@@ -215,7 +201,7 @@ async fn run_worker(
                 tracing::info!(parent: &span, grace = ?grace, "terminating pod");
                 syncer.kill_pod(&pod, &mut st, grace).instrument(span).await;
                 let previous = statuses.status(&id);
-                let status = pod_status(&pod, &st, previous.as_ref());
+                let status = crate::status::terminal(pod_status(&pod, &st, previous.as_ref()));
                 statuses.finish(pod, status);
                 let _ = done_tx.send(id);
                 return;

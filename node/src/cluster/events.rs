@@ -16,6 +16,8 @@ use tokio_util::sync::CancellationToken;
 use super::registration::patch_params;
 
 pub const NORMAL: &str = "Normal";
+/// Events waiting to be written beyond this are dropped.
+pub const QUEUE: usize = 1000;
 pub const WARNING: &str = "Warning";
 
 /// One event to record.
@@ -30,7 +32,7 @@ pub struct Record {
 /// Hands events to the writer; a default recorder (standalone node) only logs them.
 #[derive(Clone, Default)]
 pub struct EventRecorder {
-    tx: Option<mpsc::UnboundedSender<Record>>,
+    tx: Option<mpsc::Sender<Record>>,
 }
 
 /// The reference an event about `pod` (and optionally one of its containers) carries.
@@ -48,8 +50,10 @@ pub fn pod_reference(pod: &Pod, container: Option<&str>) -> ObjectReference {
 
 impl EventRecorder {
     /// A recorder whose events are taken from the returned receiver.
-    pub fn channel() -> (Self, mpsc::UnboundedReceiver<Record>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    /// Like client-go's broadcaster, at most [`QUEUE`] events wait to be written;
+    /// more are dropped.
+    pub fn channel() -> (Self, mpsc::Receiver<Record>) {
+        let (tx, rx) = mpsc::channel(QUEUE);
         (EventRecorder { tx: Some(tx) }, rx)
     }
 
@@ -70,7 +74,7 @@ impl EventRecorder {
         };
         tracing::debug!(pod = ?record.object.name, reason, message = %record.message, "event");
         if let Some(tx) = &self.tx {
-            let _ = tx.send(record);
+            let _ = tx.try_send(record);
         }
     }
 
@@ -90,7 +94,7 @@ impl EventRecorder {
             message: message.into(),
         };
         if let Some(tx) = &self.tx {
-            let _ = tx.send(record);
+            let _ = tx.try_send(record);
         }
     }
 }
@@ -104,7 +108,7 @@ type Aggregate = (String, String, i32);
 pub async fn run(
     client: kube::Client,
     node_name: String,
-    mut rx: mpsc::UnboundedReceiver<Record>,
+    mut rx: mpsc::Receiver<Record>,
     cancel: CancellationToken,
 ) {
     // (uid, fieldPath, reason, message) -> (namespace, event name, count).

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::{ApiPods, MIRROR_ANNOTATION, NodeHandle, is_conflict, is_mirror, is_not_found};
 use crate::podconfig::full_name;
 use crate::podconfig::static_pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
-use crate::status::StatusStore;
+use std::sync::{Arc, RwLock};
 
 /// How often mirror pods are reconciled (the kubelet's housekeeping period).
 pub const PERIOD: Duration = Duration::from_secs(2);
@@ -87,10 +87,27 @@ pub fn decide(static_pod: &Pod, existing: Option<&Pod>) -> Action {
     Action::None
 }
 
+/// The static pods the node wants, as the sync loop has them, and whether every
+/// source has been heard from (before that, no mirror is an orphan).
+#[derive(Clone, Default)]
+pub struct StaticPods {
+    inner: Arc<RwLock<(bool, Vec<Pod>)>>,
+}
+
+impl StaticPods {
+    pub fn set(&self, sources_ready: bool, pods: Vec<Pod>) {
+        *self.inner.write().unwrap() = (sources_ready, pods);
+    }
+
+    pub fn get(&self) -> (bool, Vec<Pod>) {
+        self.inner.read().unwrap().clone()
+    }
+}
+
 /// Keeps mirror pods until cancelled.
 pub struct MirrorManager {
     pub client: kube::Client,
-    pub statuses: StatusStore,
+    pub static_pods: StaticPods,
     pub api_pods: ApiPods,
     pub node: NodeHandle,
 }
@@ -118,7 +135,7 @@ impl MirrorManager {
         let Some(owner) = self.node.owner_reference() else {
             return Ok(()); // not registered yet
         };
-        let statics: Vec<Pod> = self.statuses.pods().into_iter().filter(is_static).collect();
+        let (sources_ready, statics) = self.static_pods.get();
         let mut wanted = HashSet::new();
         for pod in &statics {
             let ns = pod
@@ -149,6 +166,10 @@ impl MirrorManager {
                     self.delete(&ns, &name, uid).await?;
                 }
             }
+        }
+        if !sources_ready {
+            // A static pod not read yet would look like an orphan.
+            return Ok(());
         }
         for mirror in self.api_pods.all().into_iter().filter(is_mirror) {
             let ns = mirror

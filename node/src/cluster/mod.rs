@@ -35,13 +35,28 @@ pub const FIELD_MANAGER: &str = "wasmlet";
 /// The annotation that marks a mirror pod; its value is the static pod's config hash.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
-/// A client for the API server named in a kubeconfig file.
-pub async fn client_from_kubeconfig(path: &Path) -> anyhow::Result<kube::Client> {
+/// The deadline of the node's requests other than watches, as the kubelet's heartbeat
+/// client has (the smaller of the status update frequency and the lease duration): a
+/// connection that died silently must not hold the lease renewal.
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A client for the API server named in a kubeconfig file. `request_timeout` bounds
+/// connecting, writing and each read; watches need `None`.
+pub async fn client_from_kubeconfig(
+    path: &Path,
+    request_timeout: Option<std::time::Duration>,
+) -> anyhow::Result<kube::Client> {
     let kubeconfig = Kubeconfig::read_from(path)
         .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .with_context(|| format!("kubeconfig {}", path.display()))?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .with_context(|| format!("kubeconfig {}", path.display()))?;
+    if let Some(t) = request_timeout {
+        config.connect_timeout = Some(t);
+        config.read_timeout = Some(t);
+        config.write_timeout = Some(t);
+    }
     kube::Client::try_from(config).context("building the API client")
 }
 
@@ -113,6 +128,37 @@ impl NodeHandle {
                 block_owner_deletion: None,
             },
         )
+    }
+}
+
+/// ConfigMaps and Secrets read from the API server (the Node authorizer allows those
+/// the node's pods reference).
+pub struct ApiObjects {
+    pub client: kube::Client,
+}
+
+#[async_trait::async_trait]
+impl crate::env::ObjectSource for ApiObjects {
+    async fn config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::core::v1::ConfigMap>, String> {
+        kube::Api::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading ConfigMap {namespace}/{name}: {e}"))
+    }
+
+    async fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::core::v1::Secret>, String> {
+        kube::Api::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading Secret {namespace}/{name}: {e}"))
     }
 }
 

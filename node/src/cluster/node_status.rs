@@ -102,18 +102,6 @@ pub fn conditions(ready: &Result<(), String>, previous: Option<&NodeStatus>) -> 
     out
 }
 
-/// Whether two statuses differ in anything but heartbeat times.
-pub fn changed(a: &NodeStatus, b: &NodeStatus) -> bool {
-    let strip = |s: &NodeStatus| {
-        let mut s = s.clone();
-        for c in s.conditions.iter_mut().flatten() {
-            c.last_heartbeat_time = None;
-        }
-        s
-    };
-    strip(a) != strip(b)
-}
-
 /// Computes and writes the node's status until cancelled.
 pub struct NodeStatusLoop {
     pub client: kube::Client,
@@ -156,9 +144,9 @@ impl NodeStatusLoop {
                     self.node.set(node);
                     let status = self.compute(Some(&current)).await;
                     let due = last_write.is_none_or(|at| at.elapsed() >= self.report_frequency)
-                        || changed(&owned(&current), &status);
+                        || differs(&current, &status);
                     if due {
-                        let patch = serde_json::json!({ "status": status });
+                        let patch = status_patch(&status);
                         nodes
                             .patch_status(
                                 &self.facts.name,
@@ -197,29 +185,62 @@ impl NodeStatusLoop {
     }
 }
 
-/// The part of a Node's status the node writes (controllers own the rest).
-pub fn owned(s: &NodeStatus) -> NodeStatus {
-    NodeStatus {
-        addresses: s.addresses.clone(),
-        allocatable: s.allocatable.clone(),
-        capacity: s.capacity.clone(),
-        conditions: s.conditions.as_ref().map(|cs| {
-            cs.iter()
-                .filter(|c| {
-                    matches!(
-                        c.type_.as_str(),
-                        "MemoryPressure" | "DiskPressure" | "PIDPressure" | "Ready"
-                    )
-                })
-                .cloned()
-                .collect()
-        }),
-        daemon_endpoints: s.daemon_endpoints.clone(),
-        images: s.images.clone(),
-        node_info: s.node_info.clone(),
-        runtime_handlers: s.runtime_handlers.clone(),
-        ..Default::default()
+/// Whether the API's copy of the status differs from the node's in what the node
+/// owns: its four conditions (by type; heartbeat times aside), its resources (by
+/// value), addresses, nodeInfo, images, daemonEndpoints and runtimeHandlers. Fields
+/// controllers own (extended resources, other conditions, volumes) never count.
+pub fn differs(api: &NodeStatus, ours: &NodeStatus) -> bool {
+    let conditions = |s: &NodeStatus| {
+        let mut v: Vec<NodeCondition> = s
+            .conditions
+            .iter()
+            .flatten()
+            .filter(|c| {
+                matches!(
+                    c.type_.as_str(),
+                    "MemoryPressure" | "DiskPressure" | "PIDPressure" | "Ready"
+                )
+            })
+            .map(|c| NodeCondition {
+                last_heartbeat_time: None,
+                ..c.clone()
+            })
+            .collect();
+        v.sort_by(|a, b| a.type_.cmp(&b.type_));
+        v
+    };
+    let same_values = |api: &Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+                       ours: &Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >| {
+        let empty = Default::default();
+        let api = api.as_ref().unwrap_or(&empty);
+        ours.iter().flatten().all(|(k, q)| {
+            api.get(k).is_some_and(|a| {
+                a == q || crate::quantity::parse(a).ok() == crate::quantity::parse(q).ok()
+            })
+        })
+    };
+    conditions(api) != conditions(ours)
+        || !same_values(&api.capacity, &ours.capacity)
+        || !same_values(&api.allocatable, &ours.allocatable)
+        || api.addresses != ours.addresses
+        || api.node_info != ours.node_info
+        || api.images != ours.images
+        || api.daemon_endpoints != ours.daemon_endpoints
+        || api.runtime_handlers != ours.runtime_handlers
+}
+
+/// The strategic merge patch of the node's status: addresses replace the list (they
+/// merge by type otherwise, which folds two InternalIPs into one).
+pub fn status_patch(status: &NodeStatus) -> serde_json::Value {
+    let mut v = serde_json::to_value(status).unwrap_or_default();
+    if let Some(serde_json::Value::Array(items)) = v.get_mut("addresses") {
+        items.insert(0, serde_json::json!({ "$patch": "replace" }));
     }
+    serde_json::json!({ "status": v })
 }
 
 #[cfg(test)]
@@ -273,9 +294,28 @@ mod tests {
         for c in b.conditions.iter_mut().flatten() {
             c.last_heartbeat_time = Some(Time(jiff::Timestamp::UNIX_EPOCH));
         }
-        assert!(!changed(&a, &b));
-        b.conditions.as_mut().unwrap()[3].status = "False".into();
-        assert!(changed(&a, &b));
+        assert!(!differs(&a, &b));
+        // Order, other writers' conditions and equal quantities in another form are
+        // not changes either.
+        let mut api = b.clone();
+        api.conditions.as_mut().unwrap().reverse();
+        api.conditions.as_mut().unwrap().push(NodeCondition {
+            type_: "NetworkUnavailable".into(),
+            status: "False".into(),
+            ..Default::default()
+        });
+        let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        b.capacity = Some([("memory".to_owned(), q("1024Ki".into()))].into());
+        api.capacity = Some(
+            [
+                ("memory".to_owned(), q("1Mi".into())),
+                ("example.com/dongle".to_owned(), q("2".into())),
+            ]
+            .into(),
+        );
+        assert!(!differs(&api, &b));
+        api.conditions.as_mut().unwrap()[0].status = "Unknown".into();
+        assert!(differs(&api, &b), "a controller marked the node Unknown");
     }
 
     #[test]

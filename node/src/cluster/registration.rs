@@ -143,7 +143,11 @@ impl NodeFacts {
 pub fn label_patch(facts: &NodeFacts, existing: &Node) -> Option<BTreeMap<String, Option<String>>> {
     let have = existing.metadata.labels.clone().unwrap_or_default();
     let mut patch = BTreeMap::new();
-    for (k, v) in facts.labels() {
+    // Only the labels the kubelet owns: `--node-labels` apply when the Node is
+    // created; an administrator may change them afterwards.
+    let mut own = facts.labels();
+    own.retain(|k, _| !facts.extra_labels.contains_key(k));
+    for (k, v) in own {
         if have.get(&k) != Some(&v) {
             patch.insert(k, Some(v));
         }
@@ -167,8 +171,9 @@ pub async fn register_once(client: &kube::Client, facts: &NodeFacts) -> kube::Re
     match nodes.create(&PostParams::default(), &node).await {
         Ok(created) => {
             tracing::info!(node = %facts.name, "registered the node");
-            // Status on create is dropped by the API server: write it now.
-            let status = serde_json::json!({ "status": node.status });
+            // Write the status through its subresource too, in case the API server
+            // dropped it on create.
+            let status = super::node_status::status_patch(&node.status.clone().unwrap_or_default());
             let params = patch_params();
             match nodes
                 .patch_status(&facts.name, &params, &Patch::Strategic(status))
@@ -192,7 +197,7 @@ pub async fn register_once(client: &kube::Client, facts: &NodeFacts) -> kube::Re
                     .patch(&facts.name, &params, &Patch::Strategic(patch))
                     .await?;
             }
-            let status = serde_json::json!({ "status": facts.base_status() });
+            let status = super::node_status::status_patch(&facts.base_status());
             nodes
                 .patch_status(&facts.name, &params, &Patch::Strategic(status))
                 .await

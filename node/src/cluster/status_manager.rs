@@ -55,6 +55,60 @@ pub fn target(pod: &Pod, api_pods: &ApiPods) -> Option<(String, String, String)>
     }
 }
 
+/// Whether an API error will not go away by retrying the same request.
+pub fn is_permanent(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 409 && s.code != 429)
+}
+
+/// What the reconcile pass compares with the API's copy: the phase and the
+/// conditions' statuses.
+fn summary(s: Option<&PodStatus>) -> (Option<String>, Vec<(String, String)>) {
+    let Some(s) = s else {
+        return (None, Vec::new());
+    };
+    let mut conditions: Vec<(String, String)> = s
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| {
+            matches!(
+                c.type_.as_str(),
+                "PodReadyToStartContainers" | "Initialized" | "ContainersReady" | "Ready"
+            )
+        })
+        .map(|c| (c.type_.clone(), c.status.clone()))
+        .collect();
+    conditions.sort();
+    (s.phase.clone(), conditions)
+}
+
+/// The strategic merge patch of a pod's status. Fields the node owns that are unset
+/// are sent as `null` so stale values go; pod and host IPs replace the lists (they
+/// merge by `ip` otherwise); conditions merge by type, keeping other writers' ones.
+pub fn status_patch(uid: &str, status: &PodStatus) -> serde_json::Value {
+    use serde_json::Value;
+    let mut v = serde_json::to_value(status).unwrap_or_default();
+    if let Value::Object(map) = &mut v {
+        for key in ["message", "reason", "podIP", "podIPs"] {
+            map.entry(key).or_insert(Value::Null);
+        }
+        for key in ["podIPs", "hostIPs"] {
+            if let Some(Value::Array(items)) = map.get_mut(key) {
+                items.insert(0, serde_json::json!({ "$patch": "replace" }));
+            }
+        }
+        if let Some(Value::Array(conditions)) = map.get_mut("conditions") {
+            for c in conditions {
+                if let Value::Object(c) = c {
+                    c.entry("reason").or_insert(Value::Null);
+                    c.entry("message").or_insert(Value::Null);
+                }
+            }
+        }
+    }
+    serde_json::json!({ "metadata": { "uid": uid }, "status": v })
+}
+
 /// Writes pod statuses until cancelled.
 pub struct StatusManager {
     client: kube::Client,
@@ -96,24 +150,43 @@ impl StatusManager {
             .collect()
     }
 
-    /// Writes one pod's status if it changed. `Err` is worth retrying.
-    async fn write(&mut self, pod: &Pod) -> Result<(), kube::Error> {
+    /// Writes one pod's status if it changed since the last write, or — on a
+    /// `reconcile` pass — if the API's copy drifted from it (the node lifecycle
+    /// controller marks pods NotReady while the node is unreachable). `Err` is worth
+    /// retrying.
+    async fn write(&mut self, pod: &Pod, reconcile: bool) -> Result<(), kube::Error> {
         let Some((ns, name, uid)) = target(pod, &self.api_pods) else {
             return Ok(());
         };
+        let api_copy = self.api_pods.get(&ns, &name);
+        if let Some(copy) = &api_copy
+            && copy.metadata.uid.as_deref() != Some(uid.as_str())
+        {
+            // Deleted and created again under the same name: not this pod any more.
+            return Ok(());
+        }
         let mut status = pod.status.clone().unwrap_or_default();
+        // The API server computes qosClass at creation and never lets it change.
+        status.qos_class = None;
         let ips = self.host_ips();
         if let Some(first) = ips.first() {
             status.host_ip = Some(first.clone());
             status.host_ips = Some(ips.iter().map(|ip| HostIP { ip: ip.clone() }).collect());
         }
-        if self.sent.get(&uid) == Some(&status) {
+        let drifted = reconcile
+            && api_copy
+                .as_ref()
+                .is_some_and(|c| summary(c.status.as_ref()) != summary(Some(&status)));
+        if self.sent.get(&uid) == Some(&status) && !drifted {
             return Ok(());
         }
-        let patch = serde_json::json!({ "metadata": { "uid": uid }, "status": status });
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         match api
-            .patch_status(&name, &patch_params(), &Patch::Strategic(patch))
+            .patch_status(
+                &name,
+                &patch_params(),
+                &Patch::Strategic(status_patch(&uid, &status)),
+            )
             .await
         {
             Ok(_) => {
@@ -123,13 +196,18 @@ impl StatusManager {
             }
             // Gone, or replaced by another pod of the same name: nothing to write.
             Err(e) if is_not_found(&e) || super::is_conflict(&e) => Ok(()),
+            Err(e) if is_permanent(&e) => {
+                tracing::warn!(pod = %full_name(pod), "the API server refuses the pod's status; not retrying it: {e}");
+                self.sent.insert(uid, status);
+                Ok(())
+            }
             Err(e) => Err(e),
         }
     }
 
     /// Writes a finished pod's final status and, when it is being deleted, removes it.
     async fn finalize(&mut self, pod: &Pod) -> Result<(), kube::Error> {
-        self.write(pod).await?;
+        self.write(pod, false).await?;
         if annotation(pod, CONFIG_SOURCE_ANNOTATION) != Some(super::pod_source::SOURCE) {
             return Ok(());
         }
@@ -165,12 +243,16 @@ impl StatusManager {
                 Ok(())
             }
             Err(e) if is_not_found(&e) || super::is_conflict(&e) => Ok(()),
+            Err(e) if is_permanent(&e) => {
+                tracing::warn!(pod = %full_name(pod), "the API server refuses to delete the pod; not retrying: {e}");
+                Ok(())
+            }
             Err(e) => Err(e),
         }
     }
 
-    /// One pass over every pod.
-    pub async fn sync(&mut self) -> Result<(), String> {
+    /// One pass over every pod; `reconcile` also checks the API's copies.
+    pub async fn sync(&mut self, reconcile: bool) -> Result<(), String> {
         let mut error = None;
         let mut finished = std::mem::take(&mut self.pending);
         finished.extend(self.statuses.take_finished());
@@ -180,10 +262,23 @@ impl StatusManager {
                 self.pending.push(pod);
             }
         }
-        for pod in self.statuses.pods() {
-            if let Err(e) = self.write(&pod).await {
-                error.get_or_insert_with(|| format!("{}: {e}", full_name(&pod)));
+        let pods = self.statuses.pods();
+        for pod in &pods {
+            if let Err(e) = self.write(pod, reconcile).await {
+                error.get_or_insert_with(|| format!("{}: {e}", full_name(pod)));
             }
+        }
+        if reconcile {
+            // Forget what was written for pods that are gone (mirrors are recreated
+            // with new UIDs, pods are deleted).
+            let live: std::collections::HashSet<String> = self
+                .api_pods
+                .all()
+                .into_iter()
+                .filter_map(|p| p.metadata.uid)
+                .chain(pods.iter().filter_map(|p| p.metadata.uid.clone()))
+                .collect();
+            self.sent.retain(|uid, _| live.contains(uid));
         }
         match error {
             Some(e) => Err(e),
@@ -193,8 +288,9 @@ impl StatusManager {
 
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut failing = false;
+        let mut reconcile = true;
         loop {
-            match self.sync().await {
+            match self.sync(reconcile).await {
                 Ok(()) => {
                     if failing {
                         tracing::info!("pod statuses are written again");
@@ -213,14 +309,15 @@ impl StatusManager {
             } else {
                 SYNC_PERIOD
             };
-            tokio::select! {
+            reconcile = tokio::select! {
                 () = cancel.cancelled() => return,
                 () = self.statuses.changed() => {
                     // Coalesce a burst of changes into one pass.
                     tokio::time::sleep(Duration::from_millis(50)).await;
+                    false
                 }
-                () = tokio::time::sleep(retry) => {}
-            }
+                () = tokio::time::sleep(retry) => true,
+            };
         }
     }
 }

@@ -81,8 +81,20 @@ async fn lease_renews_every_ten_seconds_and_status_is_written_on_change_or_every
     );
 
     tokio::time::sleep_until(start + Duration::from_secs(65)).await;
-    // Created at 0 s, renewed at 0, 10, ..., 60 s.
+    // Created at 0 s, renewed at 0, 10, ..., 60 s: one GET and one create, then one
+    // update per renewal, none refused (a stale resourceVersion would add 409s).
     assert_eq!(count(&api, lease_updates), 7);
+    let lease_requests: Vec<(String, u16)> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.resource == "leases")
+        .map(|r| (r.verb, r.status))
+        .collect();
+    assert_eq!(lease_requests.len(), 9, "{lease_requests:?}");
+    assert!(
+        lease_requests.iter().all(|(_, s)| *s < 300 || *s == 404),
+        "{lease_requests:?}"
+    );
     let lease: Lease = api.get(Some("kube-node-lease"), "n1").unwrap();
     let spec = lease.spec.unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some("n1"));
@@ -290,5 +302,93 @@ async fn statuses_are_written_once_per_change_and_deleted_pods_are_finalized() {
         .filter(|r| r.resource == "pods" && r.verb == "delete")
         .collect();
     assert_eq!(deletes.len(), 1);
+    cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_status_the_api_changed_is_written_again_and_a_recreated_pod_is_left_alone() {
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    let api = ApiServer::new();
+    let client = api.client("system:node:n1");
+    let cancel = CancellationToken::new();
+    let handle = NodeHandle::default();
+    handle.set(register(&client, &facts(), &cancel).await.unwrap());
+    let mut pod = api.create(&bound_pod("a", false)).unwrap();
+    pod.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            crate::podconfig::static_pod::CONFIG_SOURCE_ANNOTATION.into(),
+            "api".into(),
+        );
+    let api_pods = ApiPods::default();
+    let (tx, mut rx) = mpsc::channel(16);
+    tokio::spawn(pod_source::run(
+        client.clone(),
+        "n1".into(),
+        api_pods.clone(),
+        tx,
+        cancel.clone(),
+    ));
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    let statuses = crate::status::StatusStore::default();
+    tokio::spawn(
+        status_manager::StatusManager::new(client.clone(), statuses.clone(), api_pods, handle)
+            .run(cancel.clone()),
+    );
+    let ready = |status: &str| PodCondition {
+        type_: "Ready".into(),
+        status: status.into(),
+        ..Default::default()
+    };
+    statuses.set(
+        pod.clone(),
+        PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![ready("True")]),
+            ..Default::default()
+        },
+    );
+    let ready_in_api = |api: &ApiServer| -> Option<String> {
+        let p: Pod = api.get(Some("default"), "a")?;
+        p.status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.status)
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(ready_in_api(&api).as_deref(), Some("True"));
+
+    // The node lifecycle controller marks the pod NotReady (the node was unreachable).
+    let mut marked: Pod = api.get(Some("default"), "a").unwrap();
+    marked.status.as_mut().unwrap().conditions = Some(vec![ready("False")]);
+    api.replace(&marked).unwrap();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(
+        ready_in_api(&api).as_deref(),
+        Some("True"),
+        "the periodic pass writes the node's view again"
+    );
+
+    // Deleted and created again under the same name: the old pod's status must not
+    // land on the new one, and nothing is retried in a loop.
+    api.delete::<Pod>(Some("default"), "a", Some(0)).unwrap();
+    let fresh = api.create(&bound_pod("a", false)).unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    api.clear_requests();
+    statuses.set(
+        pod,
+        PodStatus {
+            phase: Some("Failed".into()),
+            ..Default::default()
+        },
+    );
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let now: Pod = api.get(Some("default"), "a").unwrap();
+    assert_eq!(now.metadata.uid, fresh.metadata.uid);
+    assert_ne!(now.status.and_then(|s| s.phase).as_deref(), Some("Failed"));
+    let patches = count(&api, |r| r.resource == "pods" && r.verb == "patch");
+    assert_eq!(patches, 0, "the recreated pod is not patched");
     cancel.cancel();
 }

@@ -64,6 +64,18 @@ pub fn full_name(pod: &Pod) -> String {
     )
 }
 
+/// Whether two versions of a pod have the same metadata, apart from what every write
+/// changes (resourceVersion, managedFields): a status write is not an update.
+fn same_meta(a: &Pod, b: &Pod) -> bool {
+    let strip = |p: &Pod| {
+        let mut m = p.metadata.clone();
+        m.resource_version = None;
+        m.managed_fields = None;
+        m
+    };
+    strip(a) == strip(b)
+}
+
 impl PodConfig {
     /// Whether every one of `sources` has sent its first snapshot: until then the
     /// desired set is incomplete and nothing may be removed for not being in it.
@@ -124,7 +136,7 @@ impl PodConfig {
         for (id, pod) in &new {
             match old.get(id) {
                 None => adds.push(pod.clone()),
-                Some(prev) if prev.spec != pod.spec || prev.metadata != pod.metadata => {
+                Some(prev) if prev.spec != pod.spec || !same_meta(prev, pod) => {
                     updates.push(pod.clone())
                 }
                 Some(prev) if prev.status != pod.status => reconciles.push(pod.clone()),

@@ -409,6 +409,14 @@ fn an_api_server_outage_of_a_minute_changes_nothing_that_runs() {
         cond.message = Some("Kubelet stopped posting node status.".into());
     }
     c.api.replace(&n).unwrap();
+    // ... and every pod on it NotReady.
+    let mut web: Pod = c.api.get(Some("default"), "web").unwrap();
+    for cond in web.status.as_mut().unwrap().conditions.as_mut().unwrap() {
+        if cond.type_ == "Ready" {
+            cond.status = "False".into();
+        }
+    }
+    c.api.replace(&web).unwrap();
     let renewed_before = c
         .api
         .get::<Lease>(Some("kube-node-lease"), NODE)
@@ -433,6 +441,15 @@ fn an_api_server_outage_of_a_minute_changes_nothing_that_runs() {
         "the node to report Ready again",
         Duration::from_secs(30),
         || c.api.get::<Node>(None, NODE).filter(node_ready),
+    );
+    wait(
+        "the pod to be Ready again in the API",
+        Duration::from_secs(30),
+        || {
+            c.api
+                .get::<Pod>(Some("default"), "web")
+                .filter(|p| condition(p, "Ready").as_deref() == Some("True"))
+        },
     );
     assert_eq!(node.pid(), pid, "the same node process");
     let after: Vec<(String, Option<String>)> = node
@@ -497,4 +514,56 @@ fn static_pods_from_a_manifest_url_run_and_follow_the_url() {
     );
     *body.lock().unwrap() = String::new();
     node.wait_gone("fromurl", Duration::from_secs(20)).unwrap();
+}
+
+#[test]
+fn after_a_restart_deleted_pods_stop_gracefully_and_finished_pods_stay_finished() {
+    let c = cluster();
+    let mut node = start_with(node_options(&c, &["ticker", "hello"]));
+    let mut done = api_pod("done", "hello");
+    done.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+    c.api.create(&done).unwrap();
+    c.api.create(&api_pod("web", "ticker")).unwrap();
+    wait("the Never pod to succeed", LONG, || {
+        c.api
+            .get::<Pod>(Some("default"), "done")
+            .filter(|p| phase(p) == "Succeeded")
+    });
+    wait("the API pod to be Running", LONG, || {
+        c.api.get::<Pod>(Some("default"), "web").filter(is_running)
+    });
+
+    // The node dies; meanwhile the pod is deleted in the API.
+    node.kill();
+    c.api
+        .delete::<Pod>(Some("default"), "web", Some(30))
+        .unwrap();
+    assert!(
+        !node.sandbox_pids().is_empty(),
+        "the Wasm sandbox outlives the node"
+    );
+    node.restart().unwrap();
+
+    // The restarted node adopts what runs for it, stops it and only then finalizes.
+    wait("the deleted pod to be finalized", LONG, || {
+        c.api
+            .get::<Pod>(Some("default"), "web")
+            .is_none()
+            .then_some(())
+    });
+    wait("no sandbox left", Duration::from_secs(30), || {
+        node.sandbox_pids().is_empty().then_some(())
+    });
+    assert!(
+        node.log().contains("terminating pod"),
+        "stopped by a pod worker, not by housekeeping"
+    );
+    // The finished pod is not run a second time.
+    let finished: Pod = c.api.get(Some("default"), "done").unwrap();
+    assert_eq!(phase(&finished), "Succeeded");
+    assert!(here(&node, "done").is_none(), "not started again");
+    assert!(
+        node.log()
+            .contains("pod already finished; not starting it again")
+    );
 }

@@ -125,10 +125,11 @@ impl Schema<'_> {
                 "status.resourceClaimStatuses" => MergeByKey("name"),
                 _ => Replace,
             },
-            // `status.addresses` is merge-by-type in the Go types, but that merge
-            // mishandles dual-stack addresses; the kubelet relies on replacement.
+            // `status.addresses` is merge-by-type in the Go types (which folds
+            // dual-stack InternalIPs together): writers send a `$patch: replace`.
             "Node" => match path {
                 "status.conditions" => MergeByKey("type"),
+                "status.addresses" => MergeByKey("type"),
                 "spec.podCIDRs" => MergeSet,
                 _ => Replace,
             },
@@ -431,14 +432,28 @@ mod tests {
     }
 
     #[test]
-    fn strategic_node_addresses_are_replaced() {
-        let got = smp(
+    fn strategic_node_addresses_merge_by_type_unless_replaced() {
+        let old =
+            json!({ "status": { "addresses": [{ "type": "InternalIP", "address": "10.0.0.1" }] } });
+        let merged = smp(
             "Node",
-            json!({ "status": { "addresses": [{ "type": "InternalIP", "address": "10.0.0.1" }] } }),
+            old.clone(),
             json!({ "status": { "addresses": [{ "type": "Hostname", "address": "n1" }] } }),
         );
         assert_eq!(
-            got,
+            merged,
+            json!({ "status": { "addresses": [
+                { "type": "InternalIP", "address": "10.0.0.1" },
+                { "type": "Hostname", "address": "n1" },
+            ] } })
+        );
+        let replaced = smp(
+            "Node",
+            old,
+            json!({ "status": { "addresses": [{ "$patch": "replace" }, { "type": "Hostname", "address": "n1" }] } }),
+        );
+        assert_eq!(
+            replaced,
             json!({ "status": { "addresses": [{ "type": "Hostname", "address": "n1" }] } })
         );
     }

@@ -355,6 +355,20 @@ impl Store {
             }
             Target::Main | Target::Whole => {}
         }
+        // A UID in the new object is a precondition: it must be the object's own
+        // (a status patch for a pod that was deleted and created again fails).
+        let new_uid = new.get("metadata").and_then(|m| m.get("uid")).cloned();
+        let old_uid = old.get("metadata").and_then(|m| m.get("uid")).cloned();
+        if let (Some(n), Some(o)) = (&new_uid, &old_uid)
+            && n != o
+            && !n.is_null()
+        {
+            return Err(ApiError::conflict(
+                res,
+                name,
+                &format!("Precondition failed: UID in precondition: {n}, UID in object meta: {o}"),
+            ));
+        }
         for system in [
             "name",
             "namespace",

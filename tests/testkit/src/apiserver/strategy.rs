@@ -24,8 +24,47 @@ pub(crate) fn prepare_create(res: &ResourceType, obj: &mut Value) {
             ensure_object(obj, "status").insert("phase".into(), json!("Pending"));
         }
         ensure_object(obj, "metadata").insert("generation".into(), json!(1));
+        if obj.pointer("/status/qosClass").is_none() {
+            let qos = qos_class(obj);
+            ensure_object(obj, "status").insert("qosClass".into(), json!(qos));
+        }
     } else if res.is("", "namespaces") {
         ensure_object(obj, "status").insert("phase".into(), json!("Active"));
+    }
+}
+
+/// The QoS class the API server records at creation: BestEffort without any request
+/// or limit, Guaranteed when every container's cpu and memory limits equal its
+/// requests (requests default to limits), else Burstable.
+fn qos_class(pod: &Value) -> &'static str {
+    let containers: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|k| pod.pointer(&format!("/spec/{k}")).and_then(Value::as_array))
+        .flatten()
+        .collect();
+    let get = |c: &Value, kind: &str, res: &str| {
+        c.pointer(&format!("/resources/{kind}/{res}"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let any = containers.iter().any(|c| {
+        ["requests", "limits"]
+            .iter()
+            .any(|k| ["cpu", "memory"].iter().any(|r| get(c, k, r).is_some()))
+    });
+    if !any {
+        return "BestEffort";
+    }
+    let guaranteed = containers.iter().all(|c| {
+        ["cpu", "memory"].iter().all(|r| match get(c, "limits", r) {
+            Some(limit) => get(c, "requests", r).is_none_or(|req| req == limit),
+            None => false,
+        })
+    });
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
     }
 }
 
