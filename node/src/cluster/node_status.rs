@@ -132,8 +132,9 @@ impl NodeStatusLoop {
             let outcome = match nodes.get(&self.facts.name).await {
                 Err(e) if is_not_found(&e) => {
                     tracing::warn!(node = %self.facts.name, "the Node object is gone; registering again");
-                    if let Some(node) = register(&self.client, &self.facts, &cancel).await {
-                        self.node.set(node);
+                    match register(&self.client, &self.facts, &cancel).await {
+                        Some(node) => self.node.set(node),
+                        None => return, // cancelled
                     }
                     last_write = None;
                     continue;

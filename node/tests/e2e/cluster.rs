@@ -138,6 +138,8 @@ fn allowed(r: &Request, pods: &BTreeSet<String>) -> bool {
         ("coordination.k8s.io", "leases", "", "create") => r.namespace == "kube-node-lease",
         ("" | "events.k8s.io", "events", "", "create" | "patch" | "update") => true,
         ("node.k8s.io", "runtimeclasses", "", "get" | "list" | "watch") => true,
+        // Only those the node's pods reference (the authorizer's graph).
+        ("", "configmaps" | "secrets", "", "get") => r.namespace == "default",
         _ => false,
     }
 }
@@ -353,15 +355,33 @@ fn joins_the_cluster_runs_api_pods_keeps_mirrors_and_asks_only_what_a_node_may()
         denied.is_empty(),
         "requests a node may not make: {denied:#?}"
     );
+    // What NodeRestriction checks on the objects: the node created only mirror pods,
+    // each owned by this Node as controller, without blockOwnerDeletion.
+    let node_uid = c.api.get::<Node>(None, NODE).unwrap().metadata.uid;
     for p in c.api.list::<Pod>(Some("default")) {
         if p.metadata.name.as_deref() == Some("static-e2e") {
             assert!(
                 p.metadata
                     .annotations
+                    .as_ref()
                     .unwrap()
                     .contains_key("kubernetes.io/config.mirror")
             );
+            let owners = p.metadata.owner_references.clone().unwrap();
+            assert_eq!(owners.len(), 1);
+            assert_eq!(Some(owners[0].uid.clone()), node_uid);
+            assert_eq!(owners[0].controller, Some(true));
+            assert_eq!(owners[0].block_owner_deletion, None);
+            let spec = p.spec.clone().unwrap();
+            assert!(spec.service_account_name.is_none() && spec.volumes.is_none());
         }
+    }
+    let n: Node = c.api.get(None, NODE).unwrap();
+    for key in n.metadata.labels.unwrap().keys() {
+        assert!(
+            wasmlet_node::config::node_label_allowed(key),
+            "the node set label {key} on itself"
+        );
     }
 }
 
@@ -566,4 +586,115 @@ fn after_a_restart_deleted_pods_stop_gracefully_and_finished_pods_stay_finished(
         node.log()
             .contains("pod already finished; not starting it again")
     );
+}
+
+#[test]
+fn the_environment_comes_from_the_downward_api_config_maps_and_secrets() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let c = cluster();
+    let node = start_with(node_options(&c, &["hello"]));
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "cfg", "namespace": "default" },
+        "data": { "color": "blue", "bad key": "x" },
+    }))
+    .unwrap();
+    c.api.create(&cm).unwrap();
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "creds", "namespace": "default" },
+        "stringData": {},
+        "data": { "password": "czNjcmV0" },
+    }))
+    .unwrap();
+    c.api.create(&secret).unwrap();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "envpod", "namespace": "default" },
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "main",
+                "image": image("hello"),
+                "imagePullPolicy": "IfNotPresent",
+                "args": ["$(POD_NAME)", "$$(COLOR)", "$(UNDEFINED)"],
+                "resources": { "limits": { "memory": "64Mi" } },
+                "envFrom": [{ "prefix": "CFG_", "configMapRef": { "name": "cfg" } }],
+                "env": [
+                    { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
+                    { "name": "NODE", "valueFrom": { "fieldRef": { "fieldPath": "spec.nodeName" } } },
+                    { "name": "HOST_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.hostIP" } } },
+                    { "name": "MEM_MI", "valueFrom": { "resourceFieldRef": { "resource": "limits.memory", "divisor": "1Mi" } } },
+                    { "name": "COLOR", "valueFrom": { "configMapKeyRef": { "name": "cfg", "key": "color" } } },
+                    { "name": "OPT", "valueFrom": { "configMapKeyRef": { "name": "cfg", "key": "nope", "optional": true } } },
+                    { "name": "PW", "valueFrom": { "secretKeyRef": { "name": "creds", "key": "password" } } },
+                    { "name": "GREETING", "value": "hi-$(COLOR)" },
+                ],
+            }],
+        },
+    }))
+    .unwrap();
+    c.api.create(&pod).unwrap();
+    wait("the pod to succeed", LONG, || {
+        c.api
+            .get::<Pod>(Some("default"), "envpod")
+            .filter(|p| phase(p) == "Succeeded")
+    });
+    let local = here(&node, "envpod").expect("the node has the pod");
+    let lines: Vec<String> = node
+        .container_log(&local, "main", 0)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.stream == "stdout")
+        .map(|r| r.text)
+        .collect();
+    for want in [
+        "arg[1]=envpod",
+        "arg[2]=$(COLOR)",
+        "arg[3]=$(UNDEFINED)",
+        "env POD_NAME=envpod",
+        "env NODE=e2e",
+        "env HOST_IP=127.0.0.1",
+        "env MEM_MI=64",
+        "env COLOR=blue",
+        "env PW=s3cret",
+        "env GREETING=hi-blue",
+        "env CFG_color=blue",
+    ] {
+        assert!(lines.iter().any(|l| l == want), "{want} in {lines:#?}");
+    }
+    assert!(
+        !lines.iter().any(|l| l.starts_with("env OPT=")),
+        "{lines:#?}"
+    );
+    assert!(!lines.iter().any(|l| l.contains("bad key")), "{lines:#?}");
+
+    // A missing reference: the container is not started with a wrong value.
+    let mut broken = pod.clone();
+    broken.metadata.name = Some("broken".into());
+    broken.spec.as_mut().unwrap().containers[0].env_from = None;
+    broken.spec.as_mut().unwrap().containers[0].env = Some(vec![
+        serde_json::from_value(serde_json::json!({
+            "name": "X",
+            "valueFrom": { "configMapKeyRef": { "name": "missing", "key": "k" } },
+        }))
+        .unwrap(),
+    ]);
+    c.api.create(&broken).unwrap();
+    let waiting = wait("CreateContainerConfigError", LONG, || {
+        let p = c.api.get::<Pod>(Some("default"), "broken")?;
+        let w = container(&p).state?.waiting?;
+        (w.reason.as_deref() == Some("CreateContainerConfigError")).then_some(w)
+    });
+    assert_eq!(
+        waiting.message.as_deref(),
+        Some("configmap \"missing\" not found")
+    );
+    let invalid = wait("an InvalidEnvironmentVariableNames event", LONG, || {
+        c.api
+            .list::<Event>(Some("default"))
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("InvalidEnvironmentVariableNames"))
+    });
+    assert!(invalid.message.unwrap().contains("CFG_bad key"));
+    // The secret's value never reaches the node's log.
+    assert!(!node.log().contains("s3cret"));
 }
