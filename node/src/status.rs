@@ -128,7 +128,10 @@ pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> Pod
         statuses.push(s);
     }
 
-    let phase = phase(restart_policy(pod), &statuses);
+    let phase = match &st.failure {
+        Some(_) => "Failed",
+        None => phase(restart_policy(pod), &statuses),
+    };
     let sandbox_ready = st.sandbox.as_ref().is_some_and(|s| s.ready);
     let unready: Vec<&str> = statuses
         .iter()
@@ -185,7 +188,12 @@ pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> Pod
         container_statuses: Some(statuses),
         qos_class: Some(qos_class(pod).into()),
         start_time: st.start_time.map(time),
-        message: st.sandbox_error.clone(),
+        message: st
+            .failure
+            .as_ref()
+            .map(|(_, m)| m.clone())
+            .or_else(|| st.sandbox_error.clone()),
+        reason: st.failure.as_ref().map(|(r, _)| r.clone()),
         pod_ip: st.sandbox.as_ref().and_then(|s| s.ip.clone()),
         pod_ips: st
             .sandbox

@@ -94,6 +94,9 @@ pub struct PodState {
     /// Whether the runtime has been searched for what an earlier run of the node
     /// left of this pod.
     pub adopted: bool,
+    /// Why the whole pod failed (`status.reason`, `status.message`): it ran past
+    /// `activeDeadlineSeconds`. Nothing runs again.
+    pub failure: Option<(String, String)>,
 }
 
 /// What a sync asks of its worker afterwards.
@@ -238,6 +241,43 @@ impl PodSyncer {
     pub async fn sync_pod(&self, pod: &Pod, st: &mut PodState) -> SyncOutcome {
         let now = Timestamp::now();
         st.start_time.get_or_insert(now);
+        if st.failure.is_some() {
+            return SyncOutcome::default();
+        }
+        let deadline = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.active_deadline_seconds)
+            .and_then(|secs| {
+                let start = st.start_time?;
+                start
+                    .checked_add(jiff::SignedDuration::from_secs(secs))
+                    .ok()
+            });
+        if let Some(deadline) = deadline
+            && now >= deadline
+        {
+            // As the kubelet: the pod fails and its containers are stopped.
+            tracing::info!(pod = %full_name(pod), "pod ran past activeDeadlineSeconds; stopping it");
+            self.events.pod(
+                pod,
+                None,
+                NORMAL,
+                "DeadlineExceeded",
+                "Pod was active on the node longer than the specified deadline",
+            );
+            let grace = crate::syncloop::grace_period(pod);
+            self.kill_pod(pod, st, grace).await;
+            st.failure = Some((
+                "DeadlineExceeded".into(),
+                "Pod was active on the node longer than the specified deadline".into(),
+            ));
+            return SyncOutcome::default();
+        }
+        let until_deadline = deadline.map(|d| {
+            Duration::try_from(d.duration_since(now)).unwrap_or_default()
+                + Duration::from_millis(10)
+        });
         let runtime = match &st.runtime {
             Some(r) => r.clone(),
             None => match self.router.for_pod(pod) {
@@ -462,7 +502,10 @@ impl PodSyncer {
             }
         }
         SyncOutcome {
-            requeue_after: requeue,
+            requeue_after: match (requeue, until_deadline) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
         }
     }
 

@@ -216,3 +216,33 @@ fn a_missing_image_is_err_image_never_pull_or_err_image_pull() {
     })
     .unwrap();
 }
+
+#[test]
+fn a_pod_past_its_active_deadline_fails_with_deadline_exceeded() {
+    let node = start(&["ticker"]);
+    let yaml = manifest("late", "ticker", "Always", "").replace(
+        "  restartPolicy: Always\n",
+        "  restartPolicy: Always\n  activeDeadlineSeconds: 2\n",
+    );
+    node.write_manifest("late.yaml", &yaml).unwrap();
+    node.wait_pod("late", LONG, is_running).unwrap();
+    let started = Instant::now();
+    let pod = node
+        .wait_pod("late", Duration::from_secs(30), |p| phase(p) == "Failed")
+        .unwrap();
+    eprintln!(
+        "Running -> Failed (deadline 2 s) in {:?}",
+        started.elapsed()
+    );
+    let status = pod.status.clone().unwrap();
+    assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Pod was active on the node longer than the specified deadline")
+    );
+    assert!(
+        container(&pod).state.unwrap().terminated.is_some(),
+        "the container was stopped"
+    );
+    assert!(node.sandbox_pids().is_empty(), "and its sandbox");
+}
