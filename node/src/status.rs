@@ -49,92 +49,164 @@ fn image_id(cs: &ContainerStatus) -> String {
     )
 }
 
-/// Builds the status of `pod` from its worker's state. `previous` keeps condition
-/// transition times stable when a condition does not change.
-pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> PodStatus {
-    let scheme = st.runtime_name.as_str();
-    let spec = pod.spec.clone().unwrap_or_default();
-    let mut statuses = Vec::new();
-    for c in &spec.containers {
-        let rec = st.containers.get(&c.name).cloned().unwrap_or_default();
-        let mut s = ApiContainerStatus {
-            name: c.name.clone(),
-            image: c.image.clone().unwrap_or_default(),
-            restart_count: rec.restart_count as i32,
-            ready: false,
-            started: Some(false),
-            ..Default::default()
-        };
-        if let Some(cs) = &rec.current {
-            s.container_id = Some(container_id(scheme, &cs.id));
-            s.image_id = image_id(cs);
+/// The API status of one container from its record; `not_started` is the waiting
+/// reason of a container that has no instance yet.
+fn api_container_status(
+    c: &k8s_openapi::api::core::v1::Container,
+    st: &PodState,
+    scheme: &str,
+    not_started: &str,
+) -> ApiContainerStatus {
+    let rec = st.containers.get(&c.name).cloned().unwrap_or_default();
+    let mut s = ApiContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        restart_count: rec.restart_count as i32,
+        ready: false,
+        started: Some(false),
+        ..Default::default()
+    };
+    if let Some(cs) = &rec.current {
+        s.container_id = Some(container_id(scheme, &cs.id));
+        s.image_id = image_id(cs);
+    }
+    s.last_state = rec.last_terminated.as_ref().map(|lt| ApiState {
+        terminated: Some(terminated(scheme, lt)),
+        ..Default::default()
+    });
+    let state = match (&rec.waiting, &rec.current) {
+        (Some(w), current) => {
+            // Waiting to restart: the instance that ended is the last state.
+            if let Some(cs) = current
+                .as_ref()
+                .filter(|cs| cs.state == ContainerState::Exited)
+            {
+                s.last_state = Some(ApiState {
+                    terminated: Some(terminated(scheme, cs)),
+                    ..Default::default()
+                });
+            }
+            ApiState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(w.reason.clone()),
+                    message: Some(w.message.clone()).filter(|m| !m.is_empty()),
+                }),
+                ..Default::default()
+            }
         }
-        s.last_state = rec.last_terminated.as_ref().map(|lt| ApiState {
-            terminated: Some(terminated(scheme, lt)),
-            ..Default::default()
-        });
-        let state = match (&rec.waiting, &rec.current) {
-            (Some(w), current) => {
-                // Waiting to restart: the instance that ended is the last state.
-                if let Some(cs) = current
-                    .as_ref()
-                    .filter(|cs| cs.state == ContainerState::Exited)
-                {
-                    s.last_state = Some(ApiState {
-                        terminated: Some(terminated(scheme, cs)),
-                        ..Default::default()
-                    });
-                }
+        (None, Some(cs)) => match cs.state {
+            ContainerState::Running => {
+                s.ready = true;
+                s.started = Some(true);
                 ApiState {
-                    waiting: Some(ContainerStateWaiting {
-                        reason: Some(w.reason.clone()),
-                        message: Some(w.message.clone()).filter(|m| !m.is_empty()),
+                    running: Some(ContainerStateRunning {
+                        started_at: cs.started_at.map(time),
                     }),
                     ..Default::default()
                 }
             }
-            (None, Some(cs)) => match cs.state {
-                ContainerState::Running => {
-                    s.ready = true;
-                    s.started = Some(true);
-                    ApiState {
-                        running: Some(ContainerStateRunning {
-                            started_at: cs.started_at.map(time),
-                        }),
-                        ..Default::default()
-                    }
-                }
-                ContainerState::Exited => ApiState {
-                    terminated: Some(terminated(scheme, cs)),
-                    ..Default::default()
-                },
-                ContainerState::Created | ContainerState::Unknown => ApiState {
-                    waiting: Some(ContainerStateWaiting {
-                        reason: Some("ContainerCreating".into()),
-                        message: None,
-                    }),
-                    ..Default::default()
-                },
+            ContainerState::Exited => ApiState {
+                terminated: Some(terminated(scheme, cs)),
+                ..Default::default()
             },
-            (None, None) => ApiState {
+            ContainerState::Created | ContainerState::Unknown => ApiState {
                 waiting: Some(ContainerStateWaiting {
                     reason: Some("ContainerCreating".into()),
                     message: None,
                 }),
                 ..Default::default()
             },
-        };
-        s.state = Some(state);
-        statuses.push(s);
-    }
+        },
+        (None, None) => ApiState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(not_started.into()),
+                message: None,
+            }),
+            ..Default::default()
+        },
+    };
+    s.state = Some(state);
+    s
+}
 
+/// Builds the status of `pod` from its worker's state. `previous` keeps condition
+/// transition times stable when a condition does not change.
+pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> PodStatus {
+    let scheme = st.runtime_name.as_str();
+    let spec = pod.spec.clone().unwrap_or_default();
+    // Regular containers wait for the init containers: PodInitializing.
+    let not_started =
+        if st.initialized || spec.init_containers.as_ref().is_none_or(|i| i.is_empty()) {
+            "ContainerCreating"
+        } else {
+            "PodInitializing"
+        };
+    let statuses: Vec<ApiContainerStatus> = spec
+        .containers
+        .iter()
+        .map(|c| api_container_status(c, st, scheme, not_started))
+        .collect();
+    let init_statuses: Vec<ApiContainerStatus> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| {
+            let mut s = api_container_status(c, st, scheme, "PodInitializing");
+            if c.restart_policy.as_deref() != Some("Always") {
+                // A regular init container that finished is not "ready" to serve.
+                s.ready = s
+                    .state
+                    .as_ref()
+                    .and_then(|st| st.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code == 0);
+                s.started = Some(s.state.as_ref().is_some_and(|st| st.running.is_some()));
+            }
+            s
+        })
+        .collect();
+
+    // Init containers that have not all succeeded keep the pod Pending, or fail it
+    // under restartPolicy Never (the kubelet's getPhase).
+    let incomplete: Vec<&str> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .zip(&init_statuses)
+        .filter(|(c, s)| {
+            c.restart_policy.as_deref() != Some("Always")
+                && s
+                    .state
+                    .as_ref()
+                    .and_then(|st| st.terminated.as_ref())
+                    .is_none_or(|t| t.exit_code != 0)
+        })
+        .map(|(c, _)| c.name.as_str())
+        .collect();
+    let init_failed = init_statuses.iter().any(|s| {
+        s.state
+            .as_ref()
+            .and_then(|st| st.terminated.as_ref())
+            .is_some_and(|t| t.exit_code != 0)
+    });
+    let initialized = st.initialized || incomplete.is_empty();
     let phase = match &st.failure {
         Some(_) => "Failed",
+        None if !initialized && init_failed && restart_policy(pod) == "Never" => "Failed",
+        None if !initialized => "Pending",
         None => phase(restart_policy(pod), &statuses),
     };
     let sandbox_ready = st.sandbox.as_ref().is_some_and(|s| s.ready);
+    // Sidecars (restartable init containers) count for readiness.
     let unready: Vec<&str> = statuses
         .iter()
+        .chain(
+            spec.init_containers
+                .iter()
+                .flatten()
+                .zip(&init_statuses)
+                .filter(|(c, _)| c.restart_policy.as_deref() == Some("Always"))
+                .map(|(_, s)| s),
+        )
         .filter(|s| !s.ready)
         .map(|s| s.name.as_str())
         .collect();
@@ -176,7 +248,19 @@ pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> Pod
             None,
             None,
         ),
-        condition("Initialized", "True", None, None),
+        if initialized {
+            condition("Initialized", "True", None, None)
+        } else {
+            condition(
+                "Initialized",
+                "False",
+                Some("ContainersNotInitialized"),
+                Some(format!(
+                    "containers with incomplete status: [{}]",
+                    incomplete.join(" ")
+                )),
+            )
+        },
         condition("Ready", ready_status, ready_reason, ready_message.clone()),
         condition("ContainersReady", ready_status, ready_reason, ready_message),
         condition("PodScheduled", "True", None, None),
@@ -186,6 +270,7 @@ pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> Pod
         phase: Some(phase.into()),
         conditions: Some(conditions),
         container_statuses: Some(statuses),
+        init_container_statuses: Some(init_statuses).filter(|s| !s.is_empty()),
         qos_class: Some(qos_class(pod).into()),
         start_time: st.start_time.map(time),
         message: st

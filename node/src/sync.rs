@@ -97,6 +97,9 @@ pub struct PodState {
     /// Why the whole pod failed (`status.reason`, `status.message`): it ran past
     /// `activeDeadlineSeconds`. Nothing runs again.
     pub failure: Option<(String, String)>,
+    /// Whether every init container succeeded (and every sidecar started) in the
+    /// current sandbox; the regular containers start only then.
+    pub initialized: bool,
 }
 
 /// What a sync asks of its worker afterwards.
@@ -227,6 +230,17 @@ impl PodSyncer {
     pub fn is_pod_done(pod: &Pod, st: &PodState) -> bool {
         let policy = restart_policy(pod);
         let Some(spec) = &pod.spec else { return true };
+        let init_failed = spec.init_containers.iter().flatten().any(|c| {
+            c.restart_policy.as_deref() != Some("Always")
+                && st
+                    .containers
+                    .get(&c.name)
+                    .and_then(|r| r.current.as_ref())
+                    .is_some_and(|cs| cs.state == ContainerState::Exited && cs.exit_code != 0)
+        });
+        if policy == "Never" && init_failed {
+            return true;
+        }
         spec.containers.iter().all(|c| {
             st.containers
                 .get(&c.name)
@@ -321,7 +335,13 @@ impl PodSyncer {
         self.refresh(&*runtime, st).await;
 
         if Self::is_pod_done(pod, st) {
-            // Terminal: nothing will run again. Release the sandbox, keep the statuses.
+            // Terminal: nothing will run again. Stop the sidecars (gracefully, in
+            // reverse order), release the sandbox, keep the statuses.
+            if st.sandbox.as_ref().is_some_and(|s| s.ready) {
+                let grace = crate::syncloop::grace_period(pod);
+                self.stop_running(pod, st, &*runtime, grace).await;
+                self.refresh(&*runtime, st).await;
+            }
             if let Some(sb) = st.sandbox.as_mut().filter(|s| s.ready) {
                 if let Err(e) = runtime.stop_pod_sandbox(&sb.id).await {
                     tracing::warn!(pod = %full_name(pod), "stopping the sandbox of a finished pod: {e}");
@@ -388,116 +408,57 @@ impl PodSyncer {
             .as_ref()
             .map(|s| s.containers.clone())
             .unwrap_or_default();
-        for c in &containers {
-            let rec = st.containers.entry(c.name.clone()).or_default();
-            let restarting = match rec.current.as_ref() {
-                Some(cs) if cs.state == ContainerState::Running && cs.sandbox_id == sandbox.id => {
-                    rec.waiting = None;
-                    continue;
-                }
-                // Created but never started (the node stopped in between), or in an
-                // unknown state: always started again, as the kubelet does.
-                Some(cs)
-                    if matches!(cs.state, ContainerState::Created | ContainerState::Unknown) =>
-                {
-                    true
-                }
-                // Exited, or lost with a sandbox that died: restart within the policy
-                // and the back-off, as every container start does.
-                Some(cs) => {
-                    let exit_code = if cs.state == ContainerState::Exited {
-                        cs.exit_code
-                    } else {
-                        137
-                    };
-                    if !should_restart(&policy, exit_code) {
-                        rec.waiting = None;
-                        continue;
-                    }
-                    let key = format!("{}/{}", uid(pod), c.name);
-                    let finished = cs.finished_at.unwrap_or(now);
-                    let mut backoff = self.restart_backoff.lock().unwrap();
-                    if let Some(left) = backoff.remaining(&key, finished, now) {
-                        let delay = backoff.get(&key).unwrap_or_default();
-                        if rec
-                            .waiting
-                            .as_ref()
-                            .is_none_or(|w| w.reason != "CrashLoopBackOff")
-                        {
-                            self.events.pod(
-                                pod,
-                                Some(&c.name),
-                                WARNING,
-                                "BackOff",
-                                format!(
-                                    "Back-off restarting failed container {} in pod {}",
-                                    c.name,
-                                    full_name(pod)
-                                ),
-                            );
-                        }
-                        rec.waiting = Some(Waiting::new(
-                            "CrashLoopBackOff",
-                            format!(
-                                "back-off {} restarting failed container={} pod={}_{}({})",
-                                duration::format(delay),
-                                c.name,
-                                pod.metadata.name.as_deref().unwrap_or(""),
-                                pod.metadata.namespace.as_deref().unwrap_or(""),
-                                uid(pod)
-                            ),
-                        ));
-                        soonest(left);
-                        continue;
-                    }
-                    backoff.next(&key, finished, now);
-                    true
-                }
-                None => false,
-            };
-            let attempt = if restarting {
-                rec.restart_count + 1
-            } else {
-                rec.restart_count
-            };
-            match self
-                .start_container(&*runtime, pod, c, &sandbox, attempt)
+        // Init containers in order: each to success before the next (a sidecar —
+        // restartPolicy Always — only to running, and it keeps running); the regular
+        // containers wait for all of them. A new sandbox runs them all again.
+        let init_policy = if policy == "Never" {
+            "Never"
+        } else {
+            "OnFailure"
+        };
+        st.initialized = true;
+        for ic in pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.init_containers.clone())
+            .unwrap_or_default()
+        {
+            let sidecar = ic.restart_policy.as_deref() == Some("Always");
+            if let Some(rec) = st.containers.get_mut(&ic.name)
+                && rec
+                    .current
+                    .as_ref()
+                    .is_some_and(|c| c.sandbox_id != sandbox.id)
+                && let Some(old) = rec.current.take()
+                && let Some(older) = rec.last_terminated.replace(old)
+            {
+                let _ = runtime.remove_container(&older.id).await;
+            }
+            let container_policy = if sidecar { "Always" } else { init_policy };
+            if let Some(d) = self
+                .sync_container(&*runtime, pod, &ic, &sandbox, st, container_policy, now)
                 .await
             {
-                Ok(status) => {
-                    let rec = st.containers.get_mut(&c.name).expect("inserted above");
-                    if let Some(prev) = rec.current.take() {
-                        if matches!(
-                            prev.state,
-                            ContainerState::Created | ContainerState::Unknown
-                        ) {
-                            // It never ran: nothing to keep.
-                            let _ = runtime.remove_container(&prev.id).await;
-                        } else if let Some(older) = rec.last_terminated.replace(prev) {
-                            // Keep one dead instance per container, as container GC does.
-                            let _ = runtime.remove_container(&older.id).await;
-                        }
-                    }
-                    rec.current = Some(status);
-                    rec.restart_count = attempt;
-                    rec.waiting = None;
-                }
-                Err(StartError { waiting, retry }) => {
-                    tracing::warn!(pod = %full_name(pod), container = %c.name, reason = %waiting.reason, "{}", waiting.message);
-                    if waiting.reason != "ImagePullBackOff" {
-                        self.events.pod(
-                            pod,
-                            Some(&c.name),
-                            WARNING,
-                            "Failed",
-                            format!("Error: {}", waiting.reason),
-                        );
-                    }
-                    st.containers
-                        .get_mut(&c.name)
-                        .expect("inserted above")
-                        .waiting = Some(waiting);
-                    soonest(retry);
+                soonest(d);
+            }
+            let current = st.containers.get(&ic.name).and_then(|r| r.current.as_ref());
+            let done = if sidecar {
+                current.is_some_and(|c| c.state == ContainerState::Running)
+            } else {
+                current.is_some_and(|c| c.state == ContainerState::Exited && c.exit_code == 0)
+            };
+            if !done {
+                st.initialized = false;
+                break;
+            }
+        }
+        if st.initialized {
+            for c in &containers {
+                if let Some(d) = self
+                    .sync_container(&*runtime, pod, c, &sandbox, st, &policy, now)
+                    .await
+                {
+                    soonest(d);
                 }
             }
         }
@@ -506,6 +467,184 @@ impl PodSyncer {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             },
+        }
+    }
+
+    /// Brings one container of the pod to its spec under `policy`: leaves it running,
+    /// or starts it (again, within the restart back-off). Returns when to look again.
+    #[allow(clippy::too_many_arguments)]
+    async fn sync_container(
+        &self,
+        runtime: &dyn Runtime,
+        pod: &Pod,
+        c: &Container,
+        sandbox: &SandboxRecord,
+        st: &mut PodState,
+        policy: &str,
+        now: Timestamp,
+    ) -> Option<Duration> {
+        let rec = st.containers.entry(c.name.clone()).or_default();
+        let restarting = match rec.current.as_ref() {
+            Some(cs) if cs.state == ContainerState::Running && cs.sandbox_id == sandbox.id => {
+                rec.waiting = None;
+                return None;
+            }
+            // Created but never started (the node stopped in between), or in an
+            // unknown state: always started again, as the kubelet does.
+            Some(cs) if matches!(cs.state, ContainerState::Created | ContainerState::Unknown) => {
+                true
+            }
+            // Exited, or lost with a sandbox that died: restart within the policy
+            // and the back-off, as every container start does.
+            Some(cs) => {
+                let exit_code = if cs.state == ContainerState::Exited {
+                    cs.exit_code
+                } else {
+                    137
+                };
+                if !should_restart(policy, exit_code) {
+                    rec.waiting = None;
+                    return None;
+                }
+                let key = format!("{}/{}", uid(pod), c.name);
+                let finished = cs.finished_at.unwrap_or(now);
+                let mut backoff = self.restart_backoff.lock().unwrap();
+                if let Some(left) = backoff.remaining(&key, finished, now) {
+                    let delay = backoff.get(&key).unwrap_or_default();
+                    if rec
+                        .waiting
+                        .as_ref()
+                        .is_none_or(|w| w.reason != "CrashLoopBackOff")
+                    {
+                        self.events.pod(
+                            pod,
+                            Some(&c.name),
+                            WARNING,
+                            "BackOff",
+                            format!(
+                                "Back-off restarting failed container {} in pod {}",
+                                c.name,
+                                full_name(pod)
+                            ),
+                        );
+                    }
+                    rec.waiting = Some(Waiting::new(
+                        "CrashLoopBackOff",
+                        format!(
+                            "back-off {} restarting failed container={} pod={}_{}({})",
+                            duration::format(delay),
+                            c.name,
+                            pod.metadata.name.as_deref().unwrap_or(""),
+                            pod.metadata.namespace.as_deref().unwrap_or(""),
+                            uid(pod)
+                        ),
+                    ));
+                    return Some(left);
+                }
+                backoff.next(&key, finished, now);
+                true
+            }
+            None => false,
+        };
+        let attempt = if restarting {
+            rec.restart_count + 1
+        } else {
+            rec.restart_count
+        };
+        match self
+            .start_container(runtime, pod, c, sandbox, attempt)
+            .await
+        {
+            Ok(status) => {
+                let rec = st.containers.get_mut(&c.name).expect("inserted above");
+                if let Some(prev) = rec.current.take() {
+                    if matches!(
+                        prev.state,
+                        ContainerState::Created | ContainerState::Unknown
+                    ) {
+                        // It never ran: nothing to keep.
+                        let _ = runtime.remove_container(&prev.id).await;
+                    } else if let Some(older) = rec.last_terminated.replace(prev) {
+                        // Keep one dead instance per container, as container GC does.
+                        let _ = runtime.remove_container(&older.id).await;
+                    }
+                }
+                rec.current = Some(status);
+                rec.restart_count = attempt;
+                rec.waiting = None;
+            }
+            Err(StartError { waiting, retry }) => {
+                tracing::warn!(pod = %full_name(pod), container = %c.name, reason = %waiting.reason, "{}", waiting.message);
+                if waiting.reason != "ImagePullBackOff" {
+                    self.events.pod(
+                        pod,
+                        Some(&c.name),
+                        WARNING,
+                        "Failed",
+                        format!("Error: {}", waiting.reason),
+                    );
+                }
+                st.containers
+                    .get_mut(&c.name)
+                    .expect("inserted above")
+                    .waiting = Some(waiting);
+                return Some(retry);
+            }
+        }
+        None
+    }
+
+    /// Stops the pod's running containers within `grace`: the regular containers (and
+    /// init containers still running) together, then the sidecars in reverse order with
+    /// what is left of the grace, as the kubelet does since sidecars.
+    async fn stop_running(&self, pod: &Pod, st: &PodState, runtime: &dyn Runtime, grace: Duration) {
+        let sidecars: Vec<String> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+            .map(|c| c.name.clone())
+            .collect();
+        let running = |name: &str| {
+            st.containers
+                .get(name)
+                .and_then(|r| r.current.as_ref())
+                .filter(|cs| cs.state == ContainerState::Running)
+                .map(|cs| cs.id.clone())
+        };
+        let kill = |name: &str| {
+            self.events.pod(
+                pod,
+                Some(name),
+                NORMAL,
+                "Killing",
+                format!("Stopping container {name}"),
+            );
+        };
+        let deadline = tokio::time::Instant::now() + grace;
+        let first: Vec<(String, String)> = st
+            .containers
+            .keys()
+            .filter(|n| !sidecars.contains(n))
+            .filter_map(|n| Some((n.clone(), running(n)?)))
+            .collect();
+        let stops = first.iter().map(|(name, id)| {
+            kill(name);
+            async move {
+                if let Err(e) = runtime.stop_container(id, grace).await {
+                    tracing::warn!(pod = %full_name(pod), container = %name, "stopping container: {e}");
+                }
+            }
+        });
+        futures::future::join_all(stops).await;
+        for name in sidecars.iter().rev() {
+            if let Some(id) = running(name) {
+                kill(name);
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if let Err(e) = runtime.stop_container(&id, left).await {
+                    tracing::warn!(pod = %full_name(pod), container = %name, "stopping container: {e}");
+                }
+            }
         }
     }
 
@@ -534,31 +673,7 @@ impl PodSyncer {
             st.handler = handler;
         }
         if let Some(runtime) = st.runtime.clone() {
-            let running: Vec<String> = st
-                .containers
-                .iter()
-                .filter_map(|(name, r)| Some((name, r.current.as_ref()?)))
-                .filter(|(_, cs)| cs.state == ContainerState::Running)
-                .map(|(name, cs)| {
-                    self.events.pod(
-                        pod,
-                        Some(name),
-                        NORMAL,
-                        "Killing",
-                        format!("Stopping container {name}"),
-                    );
-                    cs.id.clone()
-                })
-                .collect();
-            let stops = running.iter().map(|id| {
-                let runtime = runtime.clone();
-                async move {
-                    if let Err(e) = runtime.stop_container(id, grace).await {
-                        tracing::warn!(pod = %full_name(pod), container = %id, "stopping container: {e}");
-                    }
-                }
-            });
-            futures::future::join_all(stops).await;
+            self.stop_running(pod, st, &*runtime, grace).await;
             if let Some(sb) = st.sandbox.take()
                 && let Err(e) = runtime.remove_pod_sandbox(&sb.id).await
             {
@@ -639,7 +754,11 @@ impl PodSyncer {
         let wanted: std::collections::HashSet<&str> = pod
             .spec
             .iter()
-            .flat_map(|s| &s.containers)
+            .flat_map(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+            })
             .map(|c| c.name.as_str())
             .collect();
         containers.sort_by_key(|c| std::cmp::Reverse((c.metadata.attempt, c.created_at)));

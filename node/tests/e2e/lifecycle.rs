@@ -246,3 +246,100 @@ fn a_pod_past_its_active_deadline_fails_with_deadline_exceeded() {
     );
     assert!(node.sandbox_pids().is_empty(), "and its sandbox");
 }
+
+fn init_statuses(p: &Pod) -> Vec<k8s_openapi::api::core::v1::ContainerStatus> {
+    p.status
+        .as_ref()
+        .and_then(|s| s.init_container_statuses.clone())
+        .unwrap_or_default()
+}
+
+fn condition(p: &Pod, type_: &str) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+#[test]
+fn init_containers_run_in_order_to_success_before_the_regular_ones() {
+    let node = start(&["hello", "ticker"]);
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: init\nspec:\n  terminationGracePeriodSeconds: 5\n  initContainers:\n  - name: first\n    image: {hello}\n    imagePullPolicy: IfNotPresent\n    args: [\"one\"]\n  - name: second\n    image: {hello}\n    imagePullPolicy: IfNotPresent\n    args: [\"two\"]\n  containers:\n  - name: main\n    image: {ticker}\n    imagePullPolicy: IfNotPresent\n",
+        hello = image("hello"),
+        ticker = image("ticker")
+    );
+    node.write_manifest("init.yaml", &yaml).unwrap();
+    let pod = node.wait_pod("init", LONG, is_running).unwrap();
+    let inits = init_statuses(&pod);
+    assert_eq!(inits.len(), 2);
+    let finished: Vec<_> = inits
+        .iter()
+        .map(|s| s.state.clone().unwrap().terminated.unwrap())
+        .collect();
+    assert!(finished.iter().all(|t| t.exit_code == 0));
+    assert!(
+        finished[0].finished_at <= finished[1].started_at,
+        "second started after first finished: {finished:?}"
+    );
+    let main_started = container(&pod).state.unwrap().running.unwrap().started_at;
+    assert!(finished[1].finished_at <= main_started);
+    assert_eq!(condition(&pod, "Initialized").as_deref(), Some("True"));
+}
+
+#[test]
+fn a_failing_init_container_fails_a_never_pod_and_blocks_the_regular_ones() {
+    let node = start(&["hello", "ticker"]);
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: badinit\nspec:\n  restartPolicy: Never\n  initContainers:\n  - name: setup\n    image: {hello}\n    imagePullPolicy: IfNotPresent\n    env: [{{name: EXIT_CODE, value: \"3\"}}]\n  containers:\n  - name: main\n    image: {ticker}\n    imagePullPolicy: IfNotPresent\n",
+        hello = image("hello"),
+        ticker = image("ticker")
+    );
+    node.write_manifest("badinit.yaml", &yaml).unwrap();
+    let pod = node
+        .wait_pod("badinit", LONG, |p| phase(p) == "Failed")
+        .unwrap();
+    let init = init_statuses(&pod)[0]
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(init.exit_code, 3);
+    assert_eq!(condition(&pod, "Initialized").as_deref(), Some("False"));
+    assert_eq!(
+        waiting_reason(&pod).as_deref(),
+        Some("PodInitializing"),
+        "the regular container never started"
+    );
+}
+
+#[test]
+fn a_sidecar_starts_first_keeps_running_and_stops_after_the_main_container() {
+    let node = start(&["hello", "ticker"]);
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: withsidecar\nspec:\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 5\n  initContainers:\n  - name: shipper\n    image: {ticker}\n    imagePullPolicy: IfNotPresent\n    restartPolicy: Always\n  containers:\n  - name: main\n    image: {hello}\n    imagePullPolicy: IfNotPresent\n",
+        hello = image("hello"),
+        ticker = image("ticker")
+    );
+    node.write_manifest("sidecar.yaml", &yaml).unwrap();
+    let pod = node
+        .wait_pod("withsidecar", LONG, |p| phase(p) == "Succeeded")
+        .unwrap();
+    let side = init_statuses(&pod)[0].clone();
+    let side_state = side.state.unwrap();
+    let main = container(&pod).state.unwrap().terminated.unwrap();
+    assert_eq!(main.exit_code, 0);
+    let side_end = side_state
+        .terminated
+        .expect("the sidecar was stopped once the main container finished");
+    assert!(side_end.started_at <= main.started_at, "sidecar first");
+    assert!(
+        main.finished_at <= side_end.finished_at,
+        "sidecar stops last"
+    );
+    assert!(node.sandbox_pids().is_empty());
+}
