@@ -7,6 +7,7 @@
 //! ([`server`]) serves. [`pleg`] tells the loop when containers change. [`node::run`]
 //! wires it all from a validated [`config::NodeConfig`]. Start reading there.
 
+pub mod admission;
 pub mod allocatable;
 pub mod backoff;
 pub mod cli;

@@ -227,6 +227,40 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
         None => (None, None),
     };
     let static_pods = crate::cluster::mirror::StaticPods::default();
+    // What admission checks pods against: the labels the node registers with, its
+    // allocatable resources and its taints. Without known resources, nothing is
+    // checked (rather than every pod refused).
+    let admission_node = node_resources.as_ref().map(|(_, allocatable)| {
+        let arch = machine
+            .as_ref()
+            .map(|m| m.architecture.clone())
+            .unwrap_or_else(|| crate::machine::go_arch(std::env::consts::ARCH).to_owned());
+        let mut labels = BTreeMap::from([
+            (
+                "kubernetes.io/hostname".to_owned(),
+                config.node_name.clone(),
+            ),
+            ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+            ("kubernetes.io/arch".to_owned(), arch.clone()),
+            ("beta.kubernetes.io/os".to_owned(), "linux".to_owned()),
+            ("beta.kubernetes.io/arch".to_owned(), arch.clone()),
+        ]);
+        if let Some(c) = &config.cluster {
+            labels.extend(c.node_labels.clone());
+        }
+        crate::admission::NodeInfo {
+            name: config.node_name.clone(),
+            allocatable: allocatable.clone(),
+            labels,
+            taints: config
+                .cluster
+                .as_ref()
+                .map(|c| c.taints.clone())
+                .unwrap_or_default(),
+            os: "linux".into(),
+            arch,
+        }
+    });
     let mut syncer = PodSyncer::new(
         router.clone(),
         config.backoff_initial,
@@ -459,6 +493,10 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     )
     .with_sources(sources)
     .with_static_pods(static_pods);
+    let sync_loop = match admission_node {
+        Some(node) => sync_loop.with_admission(node, events.clone()),
+        None => sync_loop,
+    };
     sync_loop.run(sources_rx, pleg_rx, cancel.clone()).await;
     drop(sources_tx);
 

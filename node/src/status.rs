@@ -174,8 +174,7 @@ pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> Pod
         .zip(&init_statuses)
         .filter(|(c, s)| {
             c.restart_policy.as_deref() != Some("Always")
-                && s
-                    .state
+                && s.state
                     .as_ref()
                     .and_then(|st| st.terminated.as_ref())
                     .is_none_or(|t| t.exit_code != 0)

@@ -104,6 +104,12 @@ pub struct SyncLoop {
     deleting: HashSet<String>,
     /// Where the mirror pod manager reads the static pods from.
     static_pods: crate::cluster::mirror::StaticPods,
+    /// What admission checks pods against; `None` admits every pod.
+    node_info: Option<crate::admission::NodeInfo>,
+    /// Pods admission rejected: Failed, never started.
+    rejected: HashSet<String>,
+    statuses: StatusStore,
+    events: crate::cluster::events::EventRecorder,
 }
 
 impl SyncLoop {
@@ -118,7 +124,7 @@ impl SyncLoop {
         SyncLoop {
             config: PodConfig::default(),
             pods: HashMap::new(),
-            workers: PodWorkers::new(syncer, statuses, done_tx),
+            workers: PodWorkers::new(syncer, statuses.clone(), done_tx),
             done_rx,
             readd_after_termination: HashMap::new(),
             router,
@@ -128,6 +134,10 @@ impl SyncLoop {
             sources: Vec::new(),
             deleting: HashSet::new(),
             static_pods: Default::default(),
+            node_info: None,
+            rejected: HashSet::new(),
+            statuses,
+            events: Default::default(),
         }
     }
 
@@ -141,6 +151,49 @@ impl SyncLoop {
     pub fn with_static_pods(mut self, static_pods: crate::cluster::mirror::StaticPods) -> Self {
         self.static_pods = static_pods;
         self
+    }
+
+    /// Admits new pods against `node` (resources, node affinity, OS, taints) and
+    /// records admission rejections as events with `events`.
+    pub fn with_admission(
+        mut self,
+        node: crate::admission::NodeInfo,
+        events: crate::cluster::events::EventRecorder,
+    ) -> Self {
+        self.node_info = Some(node);
+        self.events = events;
+        self
+    }
+
+    /// The kubelet's admission of a new pod; a rejected pod is Failed with the
+    /// rejection's reason and never started.
+    fn admit(&mut self, pod: &Pod) -> bool {
+        let Some(node) = &self.node_info else {
+            return true;
+        };
+        let admitted: Vec<Pod> = self.pods.values().cloned().collect();
+        match crate::admission::admit(pod, &admitted, node) {
+            Ok(()) => true,
+            Err(rejection) => {
+                tracing::warn!(pod = %full_name(pod), reason = %rejection.reason, "pod rejected: {}", rejection.message);
+                self.events.pod(
+                    pod,
+                    None,
+                    crate::cluster::events::WARNING,
+                    "FailedAdmission",
+                    format!("{}: {}", rejection.reason, rejection.message),
+                );
+                let status = k8s_openapi::api::core::v1::PodStatus {
+                    phase: Some("Failed".into()),
+                    reason: Some(rejection.reason),
+                    message: Some(rejection.message),
+                    ..Default::default()
+                };
+                self.rejected.insert(uid(pod).to_owned());
+                self.statuses.set(pod.clone(), status);
+                false
+            }
+        }
     }
 
     fn publish_static_pods(&self) {
@@ -212,6 +265,7 @@ impl SyncLoop {
                     // status manager deletes it for good and the source drops it.
                     self.readd_after_termination.remove(&id);
                     self.pods.remove(&id);
+                    self.rejected.remove(&id);
                     if !self.deleting.insert(id.clone()) && !self.workers.contains(&id) {
                         continue; // already stopped; waiting for the source to drop it
                     }
@@ -231,6 +285,11 @@ impl SyncLoop {
                         tracing::info!(pod = %full_name(&pod), uid = %id, phase = ?pod.status.as_ref().and_then(|s| s.phase.as_deref()), "pod already finished; not starting it again");
                     }
                 }
+                PodOp::Add | PodOp::Update | PodOp::Reconcile if self.rejected.contains(&id) => {}
+                PodOp::Add | PodOp::Update | PodOp::Reconcile
+                    if !self.pods.contains_key(&id)
+                        && !self.workers.contains(&id)
+                        && !self.admit(&pod) => {}
                 PodOp::Add | PodOp::Update | PodOp::Reconcile => {
                     if self.workers.is_terminating(&id) {
                         self.readd_after_termination.insert(id, pod);
@@ -245,6 +304,11 @@ impl SyncLoop {
                 PodOp::Delete => {
                     tracing::info!(pod = %full_name(&pod), uid = %id, source = %update.source, "pod removed");
                     self.readd_after_termination.remove(&id);
+                    if self.rejected.remove(&id) {
+                        let status = self.statuses.status(&id).unwrap_or_default();
+                        self.statuses.finish(pod, status);
+                        continue;
+                    }
                     if self.deleting.remove(&id) && !self.workers.contains(&id) {
                         continue; // stopped and finalized already
                     }

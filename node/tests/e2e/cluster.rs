@@ -698,3 +698,54 @@ fn the_environment_comes_from_the_downward_api_config_maps_and_secrets() {
     // The secret's value never reaches the node's log.
     assert!(!node.log().contains("s3cret"));
 }
+
+#[test]
+fn pods_that_do_not_fit_are_rejected_with_the_kubelets_reasons_and_never_started() {
+    let c = cluster();
+    let node = start_with(node_options(&c, &["ticker"]));
+    let mut big = api_pod("big", "ticker");
+    big.spec.as_mut().unwrap().containers[0].resources =
+        Some(serde_json::from_value(serde_json::json!({ "requests": { "cpu": "1000" } })).unwrap());
+    c.api.create(&big).unwrap();
+    let mut elsewhere = api_pod("elsewhere", "ticker");
+    elsewhere.spec.as_mut().unwrap().node_selector =
+        Some([("example.com/tier".to_owned(), "core".to_owned())].into());
+    c.api.create(&elsewhere).unwrap();
+    let mut fits = api_pod("fits", "ticker");
+    fits.spec.as_mut().unwrap().node_selector =
+        Some([("example.com/tier".to_owned(), "edge".to_owned())].into());
+    c.api.create(&fits).unwrap();
+
+    let rejected = |name: &str| {
+        wait(&format!("{name} to be rejected"), LONG, || {
+            c.api
+                .get::<Pod>(Some("default"), name)
+                .filter(|p| phase(p) == "Failed")
+        })
+        .status
+        .unwrap()
+    };
+    let big = rejected("big");
+    assert_eq!(big.reason.as_deref(), Some("OutOfcpu"));
+    assert!(
+        big.message
+            .as_deref()
+            .unwrap()
+            .starts_with("Node didn't have enough resource: cpu, requested: 1000000"),
+        "{big:?}"
+    );
+    let elsewhere = rejected("elsewhere");
+    assert_eq!(elsewhere.reason.as_deref(), Some("NodeAffinity"));
+    wait("the pod that fits to run", LONG, || {
+        c.api.get::<Pod>(Some("default"), "fits").filter(is_running)
+    });
+    assert!(
+        here(&node, "big")
+            .unwrap()
+            .status
+            .unwrap()
+            .container_statuses
+            .is_none()
+    );
+    assert!(node.log().contains("pod rejected"));
+}
