@@ -187,7 +187,15 @@ pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> Pod
             .and_then(|st| st.terminated.as_ref())
             .is_some_and(|t| t.exit_code != 0)
     });
-    let initialized = st.initialized || incomplete.is_empty();
+    // A pod whose regular containers ran is initialized (its init containers may be
+    // running again in a new sandbox).
+    let initialized = st.initialized
+        || incomplete.is_empty()
+        || spec.containers.iter().any(|c| {
+            st.containers
+                .get(&c.name)
+                .is_some_and(|r| r.current.is_some() || r.last_terminated.is_some())
+        });
     let phase = match &st.failure {
         Some(_) => "Failed",
         None if !initialized && init_failed && restart_policy(pod) == "Never" => "Failed",

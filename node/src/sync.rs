@@ -100,6 +100,8 @@ pub struct PodState {
     /// Whether every init container succeeded (and every sidecar started) in the
     /// current sandbox; the regular containers start only then.
     pub initialized: bool,
+    /// The sandbox the pod was initialized in.
+    pub initialized_in: Option<String>,
 }
 
 /// What a sync asks of its worker afterwards.
@@ -416,6 +418,9 @@ impl PodSyncer {
         } else {
             "OnFailure"
         };
+        // Once initialized in this sandbox, init containers are not run again and a
+        // sidecar that restarts does not hold the regular containers back.
+        let already = st.initialized_in.as_deref() == Some(sandbox.id.as_str());
         st.initialized = true;
         for ic in pod
             .spec
@@ -424,15 +429,21 @@ impl PodSyncer {
             .unwrap_or_default()
         {
             let sidecar = ic.restart_policy.as_deref() == Some("Always");
+            if already && !sidecar {
+                continue;
+            }
             if let Some(rec) = st.containers.get_mut(&ic.name)
                 && rec
                     .current
                     .as_ref()
                     .is_some_and(|c| c.sandbox_id != sandbox.id)
                 && let Some(old) = rec.current.take()
-                && let Some(older) = rec.last_terminated.replace(old)
             {
-                let _ = runtime.remove_container(&older.id).await;
+                // A new attempt (the runtime names containers by attempt).
+                rec.restart_count += 1;
+                if let Some(older) = rec.last_terminated.replace(old) {
+                    let _ = runtime.remove_container(&older.id).await;
+                }
             }
             let container_policy = if sidecar { "Always" } else { init_policy };
             if let Some(d) = self
@@ -447,12 +458,13 @@ impl PodSyncer {
             } else {
                 current.is_some_and(|c| c.state == ContainerState::Exited && c.exit_code == 0)
             };
-            if !done {
+            if !done && !already {
                 st.initialized = false;
                 break;
             }
         }
         if st.initialized {
+            st.initialized_in = Some(sandbox.id.clone());
             for c in &containers {
                 if let Some(d) = self
                     .sync_container(&*runtime, pod, c, &sandbox, st, &policy, now)

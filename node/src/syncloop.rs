@@ -108,6 +108,8 @@ pub struct SyncLoop {
     node_info: Option<crate::admission::NodeInfo>,
     /// Pods admission rejected: Failed, never started.
     rejected: HashSet<String>,
+    /// Pods whose workers are stopping them (they still use the node).
+    terminating: HashMap<String, Pod>,
     statuses: StatusStore,
     events: crate::cluster::events::EventRecorder,
 }
@@ -136,6 +138,7 @@ impl SyncLoop {
             static_pods: Default::default(),
             node_info: None,
             rejected: HashSet::new(),
+            terminating: HashMap::new(),
             statuses,
             events: Default::default(),
         }
@@ -171,7 +174,23 @@ impl SyncLoop {
         let Some(node) = &self.node_info else {
             return true;
         };
-        let admitted: Vec<Pod> = self.pods.values().cloned().collect();
+        // Active pods: not finished; those still terminating count too.
+        let finished = |p: &Pod| {
+            let phase = self
+                .statuses
+                .status(uid(p))
+                .and_then(|s| s.phase)
+                .or_else(|| p.status.as_ref().and_then(|s| s.phase.clone()));
+            matches!(phase.as_deref(), Some("Succeeded" | "Failed"))
+        };
+        let admitted: Vec<Pod> = self
+            .pods
+            .values()
+            .chain(self.readd_after_termination.values())
+            .chain(self.terminating.values())
+            .filter(|p| !finished(p))
+            .cloned()
+            .collect();
         match crate::admission::admit(pod, &admitted, node) {
             Ok(()) => true,
             Err(rejection) => {
@@ -238,6 +257,7 @@ impl SyncLoop {
                 }
                 Some(done) = self.done_rx.recv() => {
                     self.workers.finished(&done);
+                    self.terminating.remove(&done);
                     if let Some(pod) = self.readd_after_termination.remove(&done) {
                         tracing::info!(pod = %full_name(&pod), "previous instance terminated; starting the pod again");
                         self.pods.insert(done, pod.clone());
@@ -271,6 +291,7 @@ impl SyncLoop {
                     }
                     tracing::info!(pod = %full_name(&pod), uid = %id, source = %update.source, "pod is being deleted");
                     let grace = grace_period(&pod);
+                    self.terminating.insert(id.clone(), pod.clone());
                     self.workers.update(Work::Terminate {
                         pod: Box::new(pod),
                         grace,
@@ -314,6 +335,7 @@ impl SyncLoop {
                     }
                     self.pods.remove(&id);
                     let grace = grace_period(&pod);
+                    self.terminating.insert(id.clone(), pod.clone());
                     self.workers.update(Work::Terminate {
                         pod: Box::new(pod),
                         grace,

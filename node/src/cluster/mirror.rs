@@ -13,21 +13,15 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use tokio_util::sync::CancellationToken;
 
-use super::{ApiPods, MIRROR_ANNOTATION, NodeHandle, is_conflict, is_mirror, is_not_found};
+use super::{
+    ApiPods, MIRROR_ANNOTATION, NodeHandle, annotation, is_conflict, is_mirror, is_not_found,
+};
 use crate::podconfig::full_name;
 use crate::podconfig::static_pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 use std::sync::{Arc, RwLock};
 
 /// How often mirror pods are reconciled (the kubelet's housekeeping period).
 pub const PERIOD: Duration = Duration::from_secs(2);
-
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
 
 /// Whether a pod is static (from a file or a manifest URL).
 pub fn is_static(pod: &Pod) -> bool {

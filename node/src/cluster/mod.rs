@@ -89,6 +89,95 @@ impl ApiPods {
     }
 }
 
+/// Watches the objects `api` and `config` select until cancelled (kube-runtime's
+/// watcher: it backs off and lists again after an error or a 410 Gone), and calls
+/// `publish` with the whole set, by `namespace/name`, after the first complete list
+/// and after every change. Errors are logged once per outage, naming `what`.
+/// Returns when cancelled, when the stream ends or when `publish` returns false.
+pub async fn watch_set<K>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+    what: &'static str,
+    cancel: tokio_util::sync::CancellationToken,
+    mut publish: impl FnMut(HashMap<String, K>) -> futures::future::BoxFuture<'static, bool>,
+) where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    use futures::StreamExt as _;
+    use kube::runtime::WatchStreamExt as _;
+    use kube::runtime::watcher::Event;
+    let key = |o: &K| {
+        format!(
+            "{}/{}",
+            o.meta().namespace.as_deref().unwrap_or(""),
+            o.meta().name.as_deref().unwrap_or("")
+        )
+    };
+    let mut stream = kube::runtime::watcher(api, config)
+        .default_backoff()
+        .boxed();
+    let mut set: HashMap<String, K> = HashMap::new();
+    let mut init: Option<HashMap<String, K>> = None;
+    let mut synced = false;
+    let mut failing = false;
+    loop {
+        let event = tokio::select! {
+            () = cancel.cancelled() => return,
+            e = stream.next() => match e {
+                Some(e) => e,
+                None => return,
+            },
+        };
+        let changed = match event {
+            Ok(Event::Init) => {
+                init = Some(HashMap::new());
+                false
+            }
+            Ok(Event::InitApply(o)) => {
+                init.get_or_insert_with(HashMap::new).insert(key(&o), o);
+                false
+            }
+            Ok(Event::InitDone) => {
+                set = init.take().unwrap_or_default();
+                if failing {
+                    tracing::info!("watching {what} again");
+                }
+                failing = false;
+                synced = true;
+                true
+            }
+            Ok(Event::Apply(o)) => {
+                set.insert(key(&o), o);
+                true
+            }
+            Ok(Event::Delete(o)) => {
+                set.remove(&key(&o));
+                true
+            }
+            Err(e) => {
+                // The node keeps running what it runs meanwhile.
+                if !failing {
+                    tracing::error!("watching {what}: {e}; retrying");
+                }
+                failing = true;
+                false
+            }
+        };
+        if changed && synced && !publish(set.clone()).await {
+            return;
+        }
+    }
+}
+
+/// A pod's annotation.
+pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
 /// Whether a pod is a mirror pod (the API's copy of a static pod).
 pub fn is_mirror(pod: &Pod) -> bool {
     pod.metadata

@@ -7,11 +7,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use kube::runtime::WatchStreamExt as _;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -42,13 +40,6 @@ pub fn desired(pods: &HashMap<String, Pod>) -> Vec<Pod> {
     out
 }
 
-fn key(pod: &Pod) -> String {
-    ApiPods::key(
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or(""),
-    )
-}
-
 /// Watches the node's pods until cancelled, publishing them to `store` and `tx`.
 pub async fn run(
     client: kube::Client,
@@ -59,64 +50,15 @@ pub async fn run(
 ) {
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
-    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
-    let mut pods: HashMap<String, Pod> = HashMap::new();
-    let mut init: Option<HashMap<String, Pod>> = None;
-    let mut synced = false;
-    let mut failing = false;
-    loop {
-        let event = tokio::select! {
-            () = cancel.cancelled() => return,
-            e = stream.next() => match e {
-                Some(e) => e,
-                None => return,
-            },
+    super::watch_set(api, config, "the node's pods", cancel, move |pods| {
+        // The store is keyed like [`ApiPods::key`]: `namespace/name`.
+        let snapshot = SourceSnapshot {
+            source: SOURCE.into(),
+            pods: desired(&pods),
         };
-        let changed = match event {
-            Ok(Event::Init) => {
-                init = Some(HashMap::new());
-                false
-            }
-            Ok(Event::InitApply(pod)) => {
-                init.get_or_insert_with(HashMap::new).insert(key(&pod), pod);
-                false
-            }
-            Ok(Event::InitDone) => {
-                pods = init.take().unwrap_or_default();
-                if failing {
-                    tracing::info!("watching pods again");
-                }
-                failing = false;
-                synced = true;
-                true
-            }
-            Ok(Event::Apply(pod)) => {
-                pods.insert(key(&pod), pod);
-                true
-            }
-            Ok(Event::Delete(pod)) => {
-                pods.remove(&key(&pod));
-                true
-            }
-            Err(e) => {
-                // The watcher backs off and lists again; the node keeps running what
-                // it runs meanwhile.
-                if !failing {
-                    tracing::error!("watching the node's pods: {e}; retrying");
-                }
-                failing = true;
-                false
-            }
-        };
-        if changed && synced {
-            store.replace(pods.clone());
-            let snapshot = SourceSnapshot {
-                source: SOURCE.into(),
-                pods: desired(&pods),
-            };
-            if tx.send(snapshot).await.is_err() {
-                return;
-            }
-        }
-    }
+        store.replace(pods);
+        let tx = tx.clone();
+        Box::pin(async move { tx.send(snapshot).await.is_ok() })
+    })
+    .await;
 }

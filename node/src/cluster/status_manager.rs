@@ -14,21 +14,13 @@ use kube::api::{Api, DeleteParams, Patch, Preconditions};
 use tokio_util::sync::CancellationToken;
 
 use super::registration::patch_params;
-use super::{ApiPods, MIRROR_ANNOTATION, NodeHandle, is_mirror, is_not_found};
+use super::{ApiPods, MIRROR_ANNOTATION, NodeHandle, annotation, is_mirror, is_not_found};
 use crate::podconfig::full_name;
 use crate::podconfig::static_pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 use crate::status::StatusStore;
 
 /// How often every status is checked even without a change (the kubelet's 10 s).
 pub const SYNC_PERIOD: Duration = Duration::from_secs(10);
-
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
 
 /// Where a pod's status goes: (namespace, name, uid) of the API object.
 pub fn target(pod: &Pod, api_pods: &ApiPods) -> Option<(String, String, String)> {

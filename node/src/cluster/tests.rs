@@ -233,9 +233,8 @@ async fn the_pod_source_sends_the_nodes_pods_but_not_mirrors_and_relists_after_g
     cancel.cancel();
 }
 
-#[tokio::test(start_paused = true)]
-async fn statuses_are_written_once_per_change_and_deleted_pods_are_finalized() {
-    use k8s_openapi::api::core::v1::PodStatus;
+/// A registered node and a pod bound to it, as the API source hands it over.
+async fn registered_with_pod() -> (ApiServer, kube::Client, CancellationToken, NodeHandle, Pod) {
     let api = ApiServer::new();
     let client = api.client("system:node:n1");
     let cancel = CancellationToken::new();
@@ -249,6 +248,13 @@ async fn statuses_are_written_once_per_change_and_deleted_pods_are_finalized() {
             crate::podconfig::static_pod::CONFIG_SOURCE_ANNOTATION.into(),
             "api".into(),
         );
+    (api, client, cancel, handle, pod)
+}
+
+#[tokio::test(start_paused = true)]
+async fn statuses_are_written_once_per_change_and_deleted_pods_are_finalized() {
+    use k8s_openapi::api::core::v1::PodStatus;
+    let (api, client, cancel, handle, mut pod) = registered_with_pod().await;
     let statuses = crate::status::StatusStore::default();
     api.clear_requests();
     tokio::spawn(
@@ -308,19 +314,7 @@ async fn statuses_are_written_once_per_change_and_deleted_pods_are_finalized() {
 #[tokio::test(start_paused = true)]
 async fn a_status_the_api_changed_is_written_again_and_a_recreated_pod_is_left_alone() {
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
-    let api = ApiServer::new();
-    let client = api.client("system:node:n1");
-    let cancel = CancellationToken::new();
-    let handle = NodeHandle::default();
-    handle.set(register(&client, &facts(), &cancel).await.unwrap());
-    let mut pod = api.create(&bound_pod("a", false)).unwrap();
-    pod.metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .insert(
-            crate::podconfig::static_pod::CONFIG_SOURCE_ANNOTATION.into(),
-            "api".into(),
-        );
+    let (api, client, cancel, handle, pod) = registered_with_pod().await;
     let api_pods = ApiPods::default();
     let (tx, mut rx) = mpsc::channel(16);
     tokio::spawn(pod_source::run(

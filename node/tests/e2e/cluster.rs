@@ -79,16 +79,6 @@ fn api_pod(name: &str, image_name: &str) -> Pod {
     .unwrap()
 }
 
-fn condition(pod: &Pod, type_: &str) -> Option<String> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.status.clone())
-}
-
 fn node_ready(n: &Node) -> bool {
     n.status
         .as_ref()

@@ -254,16 +254,6 @@ fn init_statuses(p: &Pod) -> Vec<k8s_openapi::api::core::v1::ContainerStatus> {
         .unwrap_or_default()
 }
 
-fn condition(p: &Pod, type_: &str) -> Option<String> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.status.clone())
-}
-
 #[test]
 fn init_containers_run_in_order_to_success_before_the_regular_ones() {
     let node = start(&["hello", "ticker"]);

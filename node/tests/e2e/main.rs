@@ -103,3 +103,14 @@ pub fn terminated_exit(p: &Pod) -> Option<(i32, String)> {
     let t = container(p).state?.terminated?;
     Some((t.exit_code, t.reason.unwrap_or_default()))
 }
+
+/// The status of a pod condition.
+pub fn condition(pod: &Pod, type_: &str) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
