@@ -10,12 +10,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::api::{Api, PostParams};
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    ApiPods, MIRROR_ANNOTATION, NodeHandle, annotation, is_conflict, is_mirror, is_not_found,
-};
+use super::{ApiPods, MIRROR_ANNOTATION, NodeHandle, annotation, is_conflict, is_mirror};
 use crate::podconfig::full_name;
 use crate::podconfig::static_pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 use std::sync::{Arc, RwLock};
@@ -108,20 +106,9 @@ pub struct MirrorManager {
 
 impl MirrorManager {
     async fn delete(&self, namespace: &str, name: &str, uid: String) -> kube::Result<()> {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let params = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions {
-                uid: Some(uid),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match api.delete(name, &params).await {
-            Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(()),
-            Err(e) => Err(e),
-        }
+        super::delete_pod_now(&self.client, namespace, name, &uid)
+            .await
+            .map(|_| ())
     }
 
     /// One pass.

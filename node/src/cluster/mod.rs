@@ -169,6 +169,30 @@ pub async fn watch_set<K>(
     }
 }
 
+/// Deletes a pod with grace 0 if it still has `uid` (the kubelet's final delete, and
+/// the removal of a mirror pod). `Ok(false)` when it is gone or is another pod now.
+pub async fn delete_pod_now(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> kube::Result<bool> {
+    let api: kube::Api<Pod> = kube::Api::namespaced(client.clone(), namespace);
+    let params = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// A pod's annotation.
 pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.metadata

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{HostIP, Pod, PodStatus};
-use kube::api::{Api, DeleteParams, Patch, Preconditions};
+use kube::api::{Api, Patch};
 use tokio_util::sync::CancellationToken;
 
 use super::registration::patch_params;
@@ -220,21 +220,13 @@ impl StatusManager {
         if !deleting {
             return Ok(());
         }
-        let params = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions {
-                uid: Some(uid),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        match api.delete(&name, &params).await {
-            Ok(_) => {
-                tracing::info!(pod = %full_name(pod), "pod terminated; deleted from the API");
+        match super::delete_pod_now(&self.client, &ns, &name, &uid).await {
+            Ok(deleted) => {
+                if deleted {
+                    tracing::info!(pod = %full_name(pod), "pod terminated; deleted from the API");
+                }
                 Ok(())
             }
-            Err(e) if is_not_found(&e) || super::is_conflict(&e) => Ok(()),
             Err(e) if is_permanent(&e) => {
                 tracing::warn!(pod = %full_name(pod), "the API server refuses to delete the pod; not retrying: {e}");
                 Ok(())
