@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod config;
 pub mod duration;
 pub mod env;
+pub mod hooks;
 pub mod machine;
 pub mod node;
 pub mod pleg;

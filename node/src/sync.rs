@@ -642,21 +642,50 @@ impl PodSyncer {
             .collect();
         let stops = first.iter().map(|(name, id)| {
             kill(name);
-            async move {
-                if let Err(e) = runtime.stop_container(id, grace).await {
-                    tracing::warn!(pod = %full_name(pod), container = %name, "stopping container: {e}");
-                }
-            }
+            self.stop_one(pod, st, runtime, name, id, deadline)
         });
         futures::future::join_all(stops).await;
         for name in sidecars.iter().rev() {
             if let Some(id) = running(name) {
                 kill(name);
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                if let Err(e) = runtime.stop_container(&id, left).await {
-                    tracing::warn!(pod = %full_name(pod), container = %name, "stopping container: {e}");
-                }
+                self.stop_one(pod, st, runtime, name, &id, deadline).await;
             }
+        }
+    }
+
+    /// Stops one container by `deadline`: its preStop hook first (within the grace),
+    /// then the runtime's stop with what is left, at least 2 s, as the kubelet does.
+    async fn stop_one(
+        &self,
+        pod: &Pod,
+        st: &PodState,
+        runtime: &dyn Runtime,
+        name: &str,
+        id: &str,
+        deadline: tokio::time::Instant,
+    ) {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let container = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .find(|c| c.name == name);
+        if let Some(c) = container
+            && let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
+        {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let ip = st.sandbox.as_ref().and_then(|s| s.ip.as_deref());
+            if let Err(e) = crate::hooks::run(hook, runtime, c, id, ip, left).await {
+                tracing::warn!(pod = %full_name(pod), container = %name, "preStop hook failed: {e}");
+                self.events
+                    .pod(pod, Some(name), WARNING, "FailedPreStopHook", e);
+            }
+        }
+        let left = deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+            .max(Duration::from_secs(2));
+        if let Err(e) = runtime.stop_container(id, left).await {
+            tracing::warn!(pod = %full_name(pod), container = %name, "stopping container: {e}");
         }
     }
 
@@ -1098,6 +1127,31 @@ impl PodSyncer {
             "Started",
             format!("Started container {}", c.name),
         );
+        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            let grace = crate::syncloop::grace_period(pod);
+            if let Err(e) =
+                crate::hooks::run(hook, runtime, c, &id, sandbox.ip.as_deref(), grace).await
+            {
+                // As the kubelet: a failed postStart kills the container, which then
+                // restarts as its policy says.
+                tracing::warn!(pod = %full_name(pod), container = %c.name, "postStart hook failed: {e}");
+                self.events.pod(
+                    pod,
+                    Some(&c.name),
+                    WARNING,
+                    "FailedPostStartHook",
+                    e.clone(),
+                );
+                self.events.pod(
+                    pod,
+                    Some(&c.name),
+                    NORMAL,
+                    "Killing",
+                    format!("FailedPostStartHook: stopping container {}", c.name),
+                );
+                let _ = runtime.stop_container(&id, grace).await;
+            }
+        }
         runtime.container_status(&id).await.map_err(|e| StartError {
             waiting: Waiting::new("RunContainerError", e.to_string()),
             retry: self.retry_after_error,

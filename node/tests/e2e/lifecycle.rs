@@ -333,3 +333,74 @@ fn a_sidecar_starts_first_keeps_running_and_stops_after_the_main_container() {
     );
     assert!(node.sandbox_pids().is_empty());
 }
+
+/// A local HTTP server that records the paths it is asked for.
+fn recorder() -> (
+    tokio::runtime::Runtime,
+    u16,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+        let log = log.clone();
+        async move {
+            log.lock().unwrap().push(uri.path().to_owned());
+            "ok"
+        }
+    });
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    rt.spawn(async move { axum::serve(listener, app).await });
+    (rt, port, seen)
+}
+
+#[test]
+fn post_start_and_pre_stop_hooks_run_http_get_sleep_and_exec() {
+    let (_rt, port, seen) = recorder();
+    let node = start(&["ticker"]);
+    let hooks = format!(
+        "    lifecycle:\n      postStart:\n        httpGet: {{host: 127.0.0.1, port: {port}, path: /started}}\n      preStop:\n        httpGet: {{host: 127.0.0.1, port: {port}, path: /stopping}}\n"
+    );
+    node.write_manifest(
+        "hooked.yaml",
+        &manifest("hooked", "ticker", "Always", &hooks),
+    )
+    .unwrap();
+    node.wait_pod("hooked", LONG, is_running).unwrap();
+    assert!(seen.lock().unwrap().contains(&"/started".to_owned()));
+    node.remove_manifest("hooked.yaml").unwrap();
+    node.wait_gone("hooked", Duration::from_secs(20)).unwrap();
+    assert_eq!(*seen.lock().unwrap(), ["/started", "/stopping"]);
+
+    // preStop sleep: the stop waits for it, within the grace (5 s).
+    let nap = "    lifecycle:\n      preStop:\n        sleep: {seconds: 2}\n";
+    node.write_manifest("nap.yaml", &manifest("nap", "ticker", "Always", nap))
+        .unwrap();
+    node.wait_pod("nap", LONG, is_running).unwrap();
+    let removed = Instant::now();
+    node.remove_manifest("nap.yaml").unwrap();
+    node.wait_gone("nap", Duration::from_secs(20)).unwrap();
+    let took = removed.elapsed();
+    eprintln!("preStop sleep 2 s: stopped in {took:?}");
+    assert!(took >= Duration::from_secs(2), "{took:?}");
+
+    // An exec hook cannot run in a Wasm container: the postStart fails and the
+    // container is killed and restarted, as for any failed postStart.
+    let exec = "    lifecycle:\n      postStart:\n        exec: {command: [\"true\"]}\n";
+    node.write_manifest(
+        "badhook.yaml",
+        &manifest("badhook", "ticker", "Always", exec),
+    )
+    .unwrap();
+    node.wait_pod("badhook", LONG, |p| container(p).restart_count >= 1)
+        .unwrap();
+    assert!(node.log().contains("postStart hook failed"));
+}
