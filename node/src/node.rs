@@ -269,6 +269,7 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     )
     .with_dns(config.dns.clone())
     .with_events(events.clone())
+    .with_pods_dir(config.root_dir.join("pods"))
     .with_node(
         node_ips.iter().map(|ip| ip.to_string()).collect(),
         node_resources.clone().map(|(_, a)| a).unwrap_or_default(),

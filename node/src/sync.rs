@@ -127,6 +127,8 @@ pub struct PodSyncer {
     objects: Arc<dyn crate::env::ObjectSource>,
     /// The node's IPs (`status.hostIP(s)` in the downward API).
     host_ips: Vec<String>,
+    /// Where termination message files live (`<root>/pods`); `None` disables them.
+    pods_dir: Option<PathBuf>,
     /// The node's allocatable resources (limits a container does not set).
     allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
 }
@@ -156,6 +158,25 @@ pub fn pod_log_dir(root: &std::path::Path, pod: &Pod) -> PathBuf {
         pod.metadata.name.as_deref().unwrap_or(""),
         uid(pod)
     ))
+}
+
+/// The text of the last `lines` lines of a CRI log file, at most `max_bytes` bytes
+/// (the end is kept).
+pub fn tail_of_log(path: &std::path::Path, lines: usize, max_bytes: usize) -> String {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return String::new();
+    };
+    let texts: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.splitn(4, ' ').nth(3))
+        .collect();
+    let start = texts.len().saturating_sub(lines);
+    let joined = texts[start..].join("\n");
+    let mut cut = joined.len().saturating_sub(max_bytes);
+    while !joined.is_char_boundary(cut) {
+        cut += 1;
+    }
+    joined[cut..].to_owned()
 }
 
 /// The hash of a container's spec, written as `io.kubernetes.container.hash` like the
@@ -192,6 +213,72 @@ impl PodSyncer {
             objects: Arc::new(crate::env::NoApiServer),
             host_ips: Vec::new(),
             allocatable: BTreeMap::new(),
+            pods_dir: None,
+        }
+    }
+
+    /// Keeps termination message files under `dir` (`<root>/pods`).
+    pub fn with_pods_dir(mut self, dir: PathBuf) -> Self {
+        self.pods_dir = Some(dir);
+        self
+    }
+
+    /// The host file a container attempt writes its termination message to.
+    fn termination_file(&self, pod: &Pod, c: &Container, attempt: u32) -> Option<PathBuf> {
+        let path = c
+            .termination_message_path
+            .as_deref()
+            .unwrap_or("/dev/termination-log");
+        let base = std::path::Path::new(path).file_name()?;
+        Some(
+            self.pods_dir
+                .as_ref()?
+                .join(uid(pod))
+                .join("containers")
+                .join(&c.name)
+                .join(attempt.to_string())
+                .join(base),
+        )
+    }
+
+    /// Fills the message of containers that exited from their termination message
+    /// file (at most 4096 bytes), or — with `FallbackToLogsOnError` and a failure — from
+    /// the last lines of their log (80 lines, 2048 bytes), as the kubelet does.
+    fn termination_messages(&self, pod: &Pod, st: &mut PodState) {
+        let spec = pod.spec.clone().unwrap_or_default();
+        for c in spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+        {
+            let Some(rec) = st.containers.get_mut(&c.name) else {
+                continue;
+            };
+            let attempt = rec.restart_count;
+            let Some(cs) = rec.current.as_mut() else {
+                continue;
+            };
+            if cs.state != ContainerState::Exited || !cs.message.is_empty() {
+                continue;
+            }
+            let mut message = self
+                .termination_file(pod, c, attempt)
+                .and_then(|f| std::fs::read(f).ok())
+                .map(|mut b| {
+                    b.truncate(4096);
+                    String::from_utf8_lossy(&b).into_owned()
+                })
+                .unwrap_or_default();
+            if message.is_empty()
+                && cs.exit_code != 0
+                && c.termination_message_policy.as_deref() == Some("FallbackToLogsOnError")
+            {
+                let log = pod_log_dir(&self.pod_logs_dir, pod)
+                    .join(&c.name)
+                    .join(format!("{attempt}.log"));
+                message = tail_of_log(&log, 80, 2048);
+            }
+            cs.message = message;
         }
     }
 
@@ -335,6 +422,7 @@ impl PodSyncer {
             }
         }
         self.refresh(&*runtime, st).await;
+        self.termination_messages(pod, st);
 
         if Self::is_pod_done(pod, st) {
             // Terminal: nothing will run again. Stop the sidecars (gracefully, in
@@ -343,6 +431,7 @@ impl PodSyncer {
                 let grace = crate::syncloop::grace_period(pod);
                 self.stop_running(pod, st, &*runtime, grace).await;
                 self.refresh(&*runtime, st).await;
+                self.termination_messages(pod, st);
             }
             if let Some(sb) = st.sandbox.as_mut().filter(|s| s.ready) {
                 if let Err(e) = runtime.stop_pod_sandbox(&sb.id).await {
@@ -721,6 +810,10 @@ impl PodSyncer {
                 tracing::warn!(pod = %full_name(pod), "removing sandbox {}: {e}", sb.id);
             }
             self.refresh(&*runtime, st).await;
+            self.termination_messages(pod, st);
+        }
+        if let Some(dir) = &self.pods_dir {
+            let _ = std::fs::remove_dir_all(dir.join(uid(pod)));
         }
         let prefix = format!("{}/", uid(pod));
         self.restart_backoff.lock().unwrap().forget_prefix(&prefix);
@@ -1094,7 +1187,7 @@ impl PodSyncer {
                 retry: self.retry_after_error,
             })?;
         let config = self
-            .container_config(pod, c, attempt, env)
+            .container_config(pod, c, attempt, env, runtime.name() == "wasm")
             .map_err(|message| StartError {
                 waiting: Waiting::new("CreateContainerConfigError", message),
                 retry: self.retry_after_error,
@@ -1199,12 +1292,65 @@ impl PodSyncer {
         Ok(env)
     }
 
+    /// The mount of a container attempt's termination message file: the file itself
+    /// at `terminationMessagePath` for containers, its directory at the path's
+    /// directory for Wasm guests (WASI preopens directories).
+    fn termination_mount(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        attempt: u32,
+        wasm: bool,
+    ) -> Result<Option<wasmlet_runtime::Mount>, String> {
+        let Some(file) = self.termination_file(pod, c, attempt) else {
+            return Ok(None);
+        };
+        let path = c
+            .termination_message_path
+            .clone()
+            .unwrap_or_else(|| "/dev/termination-log".into());
+        let dir = file
+            .parent()
+            .expect("the file is in a directory")
+            .to_owned();
+        let create = || -> std::io::Result<()> {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(&file, b"")?;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666))?;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+        };
+        create().map_err(|e| {
+            format!(
+                "creating the termination message file {}: {e}",
+                file.display()
+            )
+        })?;
+        Ok(Some(if wasm {
+            wasmlet_runtime::Mount {
+                container_path: std::path::Path::new(&path)
+                    .parent()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| "/".into()),
+                host_path: dir,
+                readonly: false,
+            }
+        } else {
+            wasmlet_runtime::Mount {
+                container_path: path,
+                host_path: file,
+                readonly: false,
+            }
+        }))
+    }
+
     fn container_config(
         &self,
         pod: &Pod,
         c: &Container,
         attempt: u32,
         env: crate::env::Env,
+        wasm: bool,
     ) -> Result<ContainerConfig, String> {
         let (command, args) = crate::env::expand_command(c, &env);
         let env = env.into_vec();
@@ -1260,7 +1406,10 @@ impl PodSyncer {
             args,
             working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
             env,
-            mounts: Vec::new(),
+            mounts: self
+                .termination_mount(pod, c, attempt, wasm)?
+                .into_iter()
+                .collect(),
             log_path: PathBuf::from(&c.name).join(format!("{attempt}.log")),
             labels,
             annotations,

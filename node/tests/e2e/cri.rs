@@ -504,3 +504,77 @@ fn the_pod_spec_reaches_the_container_through_cri() {
     let message = waiting_message(&refused);
     assert!(message.contains("image will run as root"), "{message}");
 }
+
+#[test]
+fn init_containers_sidecars_hooks_and_termination_messages_on_containerd() {
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let node = cri_node(&containerd, &[]);
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: cbox}}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 5
+  initContainers:
+  - name: setup
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: Never
+    command: [sh, -c, "echo set up"]
+  - name: helper
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: Never
+    restartPolicy: Always
+    command: [sh, -c, "trap 'echo helper got TERM; exit 0' TERM; while true; do sleep 0.1; done"]
+    lifecycle:
+      preStop:
+        exec: {{command: [sh, -c, "echo prestop ran > /proc/1/fd/1"]}}
+  containers:
+  - name: main
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: Never
+    command: [sh, -c, "sleep 1; echo bye > /dev/termination-log; exit 1"]
+    lifecycle:
+      postStart:
+        exec: {{command: [sh, -c, "true"]}}
+"#
+    );
+    node.write_manifest("cbox.yaml", &yaml).unwrap();
+    let pod = node
+        .wait_pod("cbox", LONG, |p| phase(p) == "Failed")
+        .unwrap();
+    let status = pod.status.clone().unwrap();
+    let inits = status.init_container_statuses.clone().unwrap();
+    let setup = inits[0].state.clone().unwrap().terminated.unwrap();
+    assert_eq!(setup.exit_code, 0);
+    let main = container(&pod).state.unwrap().terminated.unwrap();
+    assert_eq!(main.exit_code, 1);
+    assert_eq!(
+        main.message.as_deref(),
+        Some("bye\n"),
+        "the termination message file"
+    );
+    let helper = wasmlet_testkit::node::poll(Duration::from_secs(20), || {
+        let p = node.pod("cbox")?;
+        let s = p.status?.init_container_statuses?[1].clone();
+        s.state?.terminated
+    })
+    .expect("the sidecar is stopped once the main container finished");
+    assert!(setup.finished_at <= main.started_at, "init before main");
+    assert!(main.finished_at <= helper.finished_at, "sidecar stops last");
+    let helper_log: Vec<String> = node
+        .container_log(&pod, "helper", 0)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.text)
+        .collect();
+    assert!(
+        helper_log.contains(&"prestop ran".to_owned()),
+        "{helper_log:?}"
+    );
+    assert!(
+        helper_log.contains(&"helper got TERM".to_owned()),
+        "{helper_log:?}"
+    );
+}

@@ -404,3 +404,33 @@ fn post_start_and_pre_stop_hooks_run_http_get_sleep_and_exec() {
         .unwrap();
     assert!(node.log().contains("postStart hook failed"));
 }
+
+#[test]
+fn a_failed_container_falls_back_to_its_log_for_the_termination_message() {
+    let node = start(&["hello"]);
+    let extra = "    terminationMessagePolicy: FallbackToLogsOnError\n    args: [\"last words\"]\n    env: [{name: EXIT_CODE, value: \"3\"}]\n";
+    node.write_manifest("words.yaml", &manifest("words", "hello", "Never", extra))
+        .unwrap();
+    let pod = node
+        .wait_pod("words", LONG, |p| phase(p) == "Failed")
+        .unwrap();
+    let t = container(&pod).state.unwrap().terminated.unwrap();
+    assert_eq!(t.exit_code, 3);
+    let message = t.message.unwrap_or_default();
+    assert!(
+        message.contains("arg[1]=last words"),
+        "{message:?} {}\n{}",
+        serde_json::to_string(&pod.status).unwrap(),
+        node.log()
+    );
+    assert!(message.ends_with("hello on stderr"), "{message:?}");
+    // The default policy (File) reports nothing the guest did not write.
+    let plain = "    env: [{name: EXIT_CODE, value: \"3\"}]\n";
+    node.write_manifest("plain.yaml", &manifest("plain", "hello", "Never", plain))
+        .unwrap();
+    let pod = node
+        .wait_pod("plain", LONG, |p| phase(p) == "Failed")
+        .unwrap();
+    let t = container(&pod).state.unwrap().terminated.unwrap();
+    assert_eq!(t.message, None);
+}
