@@ -235,19 +235,15 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
             .as_ref()
             .map(|m| m.architecture.clone())
             .unwrap_or_else(|| crate::machine::go_arch(std::env::consts::ARCH).to_owned());
-        let mut labels = BTreeMap::from([
-            (
-                "kubernetes.io/hostname".to_owned(),
-                config.node_name.clone(),
-            ),
-            ("kubernetes.io/os".to_owned(), "linux".to_owned()),
-            ("kubernetes.io/arch".to_owned(), arch.clone()),
-            ("beta.kubernetes.io/os".to_owned(), "linux".to_owned()),
-            ("beta.kubernetes.io/arch".to_owned(), arch.clone()),
-        ]);
-        if let Some(c) = &config.cluster {
-            labels.extend(c.node_labels.clone());
-        }
+        let labels = crate::cluster::registration::kubelet_labels(
+            &config.node_name,
+            &arch,
+            &config
+                .cluster
+                .as_ref()
+                .map(|c| c.node_labels.clone())
+                .unwrap_or_default(),
+        );
         crate::admission::NodeInfo {
             name: config.node_name.clone(),
             allocatable: allocatable.clone(),

@@ -160,6 +160,15 @@ pub fn pod_log_dir(root: &std::path::Path, pod: &Pod) -> PathBuf {
     ))
 }
 
+/// The scheme of a runtime's container ids: the CRI runtime's own name
+/// (`containerd://…`), or `wasm://` for the native runtime.
+async fn id_scheme(runtime: &dyn Runtime) -> wasmlet_runtime::Result<String> {
+    match runtime.name() {
+        "wasm" => Ok("wasm".to_owned()),
+        _ => Ok(runtime.version().await?.runtime_name),
+    }
+}
+
 /// The text of the last `lines` lines of a CRI log file, at most `max_bytes` bytes
 /// (the end is kept).
 pub fn tail_of_log(path: &std::path::Path, lines: usize, max_bytes: usize) -> String {
@@ -385,17 +394,12 @@ impl PodSyncer {
             Some(r) => r.clone(),
             None => match self.router.for_pod(pod) {
                 Ok((r, handler)) => {
-                    // The scheme of container ids: the CRI runtime's own name
-                    // (`containerd://…`), or `wasm://` for the native runtime.
-                    st.runtime_name = match r.name() {
-                        "wasm" => "wasm".to_owned(),
-                        _ => match r.version().await {
-                            Ok(v) => v.runtime_name,
-                            Err(e) => {
-                                let message = format!("container runtime is down: {e}");
-                                return self.not_started(pod, st, message);
-                            }
-                        },
+                    st.runtime_name = match id_scheme(&*r).await {
+                        Ok(scheme) => scheme,
+                        Err(e) => {
+                            let message = format!("container runtime is down: {e}");
+                            return self.not_started(pod, st, message);
+                        }
                     };
                     st.runtime = Some(r.clone());
                     st.handler = handler;
@@ -406,20 +410,12 @@ impl PodSyncer {
                 }
             },
         };
-        if !st.adopted {
-            // On a draft: an adoption that fails half-way leaves nothing behind.
-            let mut draft = st.clone();
-            match self.adopt(&*runtime, pod, &mut draft).await {
-                Ok(()) => {
-                    *st = draft;
-                    st.adopted = true;
-                }
-                Err(e) => {
-                    // Creating anything now could duplicate what is already running.
-                    let message = format!("listing the runtime's sandboxes and containers: {e}");
-                    return self.not_started(pod, st, message);
-                }
-            }
+        if !st.adopted
+            && let Err(e) = self.adopt_on_draft(&*runtime, pod, st).await
+        {
+            // Creating anything now could duplicate what is already running.
+            let message = format!("listing the runtime's sandboxes and containers: {e}");
+            return self.not_started(pod, st, message);
         }
         self.refresh(&*runtime, st).await;
         self.termination_messages(pod, st);
@@ -786,19 +782,10 @@ impl PodSyncer {
             && st.runtime.is_none()
             && let Ok((runtime, handler)) = self.router.for_pod(pod)
         {
-            st.runtime_name = match runtime.name() {
-                "wasm" => "wasm".to_owned(),
-                _ => runtime
-                    .version()
-                    .await
-                    .map(|v| v.runtime_name)
-                    .unwrap_or_else(|_| runtime.name().to_owned()),
-            };
-            let mut draft = st.clone();
-            if self.adopt(&*runtime, pod, &mut draft).await.is_ok() {
-                *st = draft;
-                st.adopted = true;
-            }
+            st.runtime_name = id_scheme(&*runtime)
+                .await
+                .unwrap_or_else(|_| runtime.name().to_owned());
+            let _ = self.adopt_on_draft(&*runtime, pod, st).await;
             st.runtime = Some(runtime);
             st.handler = handler;
         }
@@ -829,6 +816,21 @@ impl PodSyncer {
     /// instance (and the one before it, as the last termination) with its restart
     /// count. Older sandboxes and instances, and containers the spec no longer has,
     /// are removed. Nothing is created twice after an agent restart.
+    /// [`Self::adopt`] on a draft of `st`, kept only when it succeeds: an adoption
+    /// that fails half-way leaves nothing behind.
+    async fn adopt_on_draft(
+        &self,
+        runtime: &dyn Runtime,
+        pod: &Pod,
+        st: &mut PodState,
+    ) -> wasmlet_runtime::Result<()> {
+        let mut draft = st.clone();
+        self.adopt(runtime, pod, &mut draft).await?;
+        *st = draft;
+        st.adopted = true;
+        Ok(())
+    }
+
     async fn adopt(
         &self,
         runtime: &dyn Runtime,

@@ -20,6 +20,24 @@ pub fn kubelet_version() -> String {
     format!("v1.33.0-wasmlet.{}", env!("CARGO_PKG_VERSION"))
 }
 
+/// The labels the kubelet sets on its Node (`kubernetes.io/hostname`, `os`, `arch`
+/// and the `beta.` ones), then `extra` (`--node-labels`).
+pub fn kubelet_labels(
+    hostname: &str,
+    arch: &str,
+    extra: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([
+        ("kubernetes.io/hostname".to_owned(), hostname.to_owned()),
+        ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+        ("kubernetes.io/arch".to_owned(), arch.to_owned()),
+        ("beta.kubernetes.io/os".to_owned(), "linux".to_owned()),
+        ("beta.kubernetes.io/arch".to_owned(), arch.to_owned()),
+    ]);
+    labels.extend(extra.clone());
+    labels
+}
+
 /// What the node knows about itself when it registers.
 #[derive(Clone, Debug, Default)]
 pub struct NodeFacts {
@@ -43,21 +61,11 @@ pub struct NodeFacts {
 impl NodeFacts {
     /// The labels the kubelet sets on its Node, then the `--node-labels`.
     pub fn labels(&self) -> BTreeMap<String, String> {
-        let mut labels = BTreeMap::from([
-            ("kubernetes.io/hostname".to_owned(), self.hostname.clone()),
-            ("kubernetes.io/os".to_owned(), "linux".to_owned()),
-            (
-                "kubernetes.io/arch".to_owned(),
-                self.machine.architecture.clone(),
-            ),
-            ("beta.kubernetes.io/os".to_owned(), "linux".to_owned()),
-            (
-                "beta.kubernetes.io/arch".to_owned(),
-                self.machine.architecture.clone(),
-            ),
-        ]);
-        labels.extend(self.extra_labels.clone());
-        labels
+        kubelet_labels(
+            &self.hostname,
+            &self.machine.architecture,
+            &self.extra_labels,
+        )
     }
 
     /// `status.addresses`: the InternalIPs, then the Hostname.
