@@ -791,13 +791,15 @@ impl PodSyncer {
         }
         if let Some(runtime) = st.runtime.clone() {
             self.stop_running(pod, st, &*runtime, grace).await;
+            // The final states (exit codes, termination messages) are read before the
+            // sandbox and its containers are removed with it.
+            self.refresh(&*runtime, st).await;
+            self.termination_messages(pod, st);
             if let Some(sb) = st.sandbox.take()
                 && let Err(e) = runtime.remove_pod_sandbox(&sb.id).await
             {
                 tracing::warn!(pod = %full_name(pod), "removing sandbox {}: {e}", sb.id);
             }
-            self.refresh(&*runtime, st).await;
-            self.termination_messages(pod, st);
         }
         if let Some(dir) = &self.pods_dir {
             let _ = std::fs::remove_dir_all(dir.join(uid(pod)));

@@ -247,6 +247,58 @@ fn a_pod_past_its_active_deadline_fails_with_deadline_exceeded() {
     assert!(node.sandbox_pids().is_empty(), "and its sandbox");
 }
 
+#[test]
+fn a_wasm_guest_that_observes_the_stop_signal_exits_by_itself_when_its_pod_stops() {
+    let node = start(&["graceful", "ticker"]);
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: polite\nspec:\n  restartPolicy: Always\n  activeDeadlineSeconds: 2\n  terminationGracePeriodSeconds: 20\n  containers:\n  - name: graceful\n    image: {graceful}\n    imagePullPolicy: IfNotPresent\n    env: [{{name: CLEANUP_MS, value: \"200\"}}]\n  - name: plain\n    image: {ticker}\n    imagePullPolicy: IfNotPresent\n",
+        graceful = image("graceful"),
+        ticker = image("ticker")
+    );
+    node.write_manifest("polite.yaml", &yaml).unwrap();
+    node.wait_pod("polite", LONG, is_running).unwrap();
+    let pod = node
+        .wait_pod("polite", Duration::from_secs(30), |p| phase(p) == "Failed")
+        .unwrap();
+    let terminated = |name: &str| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.name == name))
+            .and_then(|c| c.state.clone()?.terminated)
+            .unwrap_or_else(|| panic!("{name} is not terminated: {pod:#?}"))
+    };
+    // The observing guest handled the stop and exited 0 by itself, well within the
+    // 20 s grace; the one that does not observe it was interrupted at once (137).
+    let polite = terminated("graceful");
+    assert_eq!(
+        (polite.exit_code, polite.reason.as_deref()),
+        (0, Some("Completed"))
+    );
+    let plain = terminated("plain");
+    assert_eq!(plain.exit_code, 137);
+    let stopped_in = polite
+        .finished_at
+        .unwrap()
+        .0
+        .duration_since(polite.started_at.unwrap().0);
+    assert!(
+        stopped_in < jiff::SignedDuration::from_secs(10),
+        "ran {stopped_in:?} for a 2 s deadline"
+    );
+    let log: Vec<String> = node
+        .container_log(&pod, "graceful", 0)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.text)
+        .collect();
+    assert_eq!(
+        log[log.len() - 2..],
+        ["stop requested", "clean exit"],
+        "{log:?}"
+    );
+}
+
 fn init_statuses(p: &Pod) -> Vec<k8s_openapi::api::core::v1::ContainerStatus> {
     p.status
         .as_ref()

@@ -5,13 +5,18 @@
 //! connection (the node may crash and come back to adopt it) and ends on
 //! [`Op::Shutdown`]. Guests run as async tasks; the engine's epoch advances every
 //! [`EPOCH_TICK`], and at each tick a guest yields, so a stop cancels even a guest that
-//! never makes a host call. A guest that traps ends its own container; one that brings
+//! never makes a host call. A guest that imports [`STOP_INTERFACE`] handles its stop
+//! itself, as a process that installed a SIGTERM handler: a stop raises its flag and
+//! waits for the guest to exit until the grace period is spent, then cancels it. A guest
+//! that does not import it is cancelled at once, as SIGTERM's default action ends a
+//! process. A guest that traps ends its own container; one that brings
 //! the process down (the kernel's OOM killer, a crash in the host) ends this pod's
 //! sandbox only — the node sees the connection close and reports it.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,6 +42,13 @@ use crate::stdio::CriOutput;
 
 /// How often the engine's epoch advances; the granularity of cancellation.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The cooperative stop signal a guest may import: `requested: func() -> bool` (for a
+/// core module, a function of no parameters returning an `i32`, 1 once a stop was
+/// requested). The WIT is `runtimes/wasm/wit/lifecycle.wit`.
+pub const STOP_INTERFACE: &str = "wasmlet:lifecycle/stop@0.1.0";
+/// The one function of [`STOP_INTERFACE`].
+pub const STOP_FUNCTION: &str = "requested";
 
 /// Entry point of the sandbox process. `args` excludes the program name.
 pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
@@ -102,6 +114,8 @@ enum Slot {
     Created(Box<Prepared>),
     Running {
         cancel: CancellationToken,
+        /// Raised by a stop; `Some` when the guest observes it.
+        stop: Option<Arc<AtomicBool>>,
         exited: watch::Receiver<bool>,
         started_at: Timestamp,
     },
@@ -115,6 +129,8 @@ enum Slot {
 struct Prepared {
     spec: ContainerSpec,
     program: Program,
+    /// Whether the guest imports [`STOP_INTERFACE`].
+    observes_stop: bool,
 }
 
 enum Program {
@@ -126,8 +142,21 @@ async fn serve(cache_dir: PathBuf, socket: PathBuf) -> wasmtime::Result<()> {
     let engine = engine::new_engine()?;
     let mut module = wasmtime::Linker::new(&engine);
     wasmtime_wasi::p1::add_to_linker_async(&mut module, |s: &mut P1State| &mut s.wasi)?;
+    module.func_wrap(
+        STOP_INTERFACE,
+        STOP_FUNCTION,
+        |caller: wasmtime::Caller<'_, P1State>| -> i32 {
+            caller.data().stop.load(Ordering::Relaxed).into()
+        },
+    )?;
     let mut component = wasmtime::component::Linker::new(&engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut component)?;
+    component.root().instance(STOP_INTERFACE)?.func_wrap(
+        STOP_FUNCTION,
+        |store: wasmtime::StoreContextMut<'_, P2State>, (): ()| {
+            Ok((store.data().stop.load(Ordering::Relaxed),))
+        },
+    )?;
 
     let ticker = engine.weak();
     std::thread::Builder::new()
@@ -280,21 +309,33 @@ impl Sandbox {
                 Ok(Vec::new())
             }
             Op::Start { container_id } => self.start(container_id).map(|()| Vec::new()),
-            Op::Stop { container_id, .. } => {
-                // Wasm guests have no signals: a stop cancels the guest at its next epoch
-                // tick. The grace period is the node's to spend (preStop hooks).
-                let waiter = {
+            Op::Stop {
+                container_id,
+                timeout_ms,
+            } => {
+                // A guest that observes the stop signal gets the grace period to exit
+                // by itself; then (or at once, for one that does not) it is cancelled at
+                // its next epoch tick.
+                let running = {
                     let containers = self.containers.lock().unwrap();
                     match containers.get(&container_id) {
                         None => wasmtime::bail!("container {container_id} not found"),
-                        Some(Slot::Running { cancel, exited, .. }) => {
-                            cancel.cancel();
-                            Some(exited.clone())
-                        }
+                        Some(Slot::Running {
+                            cancel,
+                            stop,
+                            exited,
+                            ..
+                        }) => Some((cancel.clone(), stop.clone(), exited.clone())),
                         Some(_) => None,
                     }
                 };
-                if let Some(mut exited) = waiter {
+                if let Some((cancel, stop, mut exited)) = running {
+                    if let Some(stop) = stop {
+                        stop.store(true, Ordering::Relaxed);
+                        let grace = Duration::from_millis(timeout_ms);
+                        let _ = tokio::time::timeout(grace, exited.wait_for(|e| *e)).await;
+                    }
+                    cancel.cancel();
                     let _ = exited.wait_for(|e| *e).await;
                 }
                 Ok(Vec::new())
@@ -357,6 +398,13 @@ impl Sandbox {
             &spec.wasm_digest,
             spec.kind,
         )?;
+        let observes_stop = match &compiled {
+            Compiled::Module(m) => m.imports().any(|i| i.module() == STOP_INTERFACE),
+            Compiled::Component(c) => c
+                .component_type()
+                .imports(&self.engine)
+                .any(|(name, _)| name == STOP_INTERFACE),
+        };
         let program = match compiled {
             Compiled::Module(m) => Program::Module(
                 self.linkers
@@ -374,7 +422,11 @@ impl Sandbox {
                 .context("the component is not a wasi:cli/command")?,
             ),
         };
-        Ok(Prepared { spec, program })
+        Ok(Prepared {
+            spec,
+            program,
+            observes_stop,
+        })
     }
 
     fn start(self: &Arc<Self>, container_id: String) -> wasmtime::Result<()> {
@@ -396,12 +448,14 @@ impl Sandbox {
             }
         };
         let cancel = CancellationToken::new();
+        let stop = Arc::new(AtomicBool::new(false));
         let (exited_tx, exited_rx) = watch::channel(false);
         let started_at = Timestamp::now();
         containers.insert(
             container_id.clone(),
             Slot::Running {
                 cancel: cancel.clone(),
+                stop: prepared.observes_stop.then(|| stop.clone()),
                 exited: exited_rx,
                 started_at,
             },
@@ -415,7 +469,7 @@ impl Sandbox {
         });
         tokio::spawn(async move {
             let exit = tokio::select! {
-                exit = run(&this.engine, *prepared, log.clone()) => exit,
+                exit = run(&this.engine, *prepared, log.clone(), stop) => exit,
                 () = cancel.cancelled() => Exit {
                     code: KILLED_EXIT_CODE,
                     reason: "Error".into(),
@@ -444,8 +498,8 @@ impl Sandbox {
 }
 
 /// Runs one container's guest to the end and says how it ended.
-async fn run(engine: &Engine, prepared: Prepared, log: CriLog) -> Exit {
-    let Prepared { spec, program } = prepared;
+async fn run(engine: &Engine, prepared: Prepared, log: CriLog, stop: Arc<AtomicBool>) -> Exit {
+    let Prepared { spec, program, .. } = prepared;
     let limiter = MemoryLimiter::new(spec.memory_limit_bytes);
     let wasi = match wasi_builder(&spec, &log) {
         Ok(b) => b,
@@ -465,6 +519,7 @@ async fn run(engine: &Engine, prepared: Prepared, log: CriLog) -> Exit {
                 P1State {
                     wasi: wasi.build_p1(),
                     limiter,
+                    stop,
                 },
             );
             store.limiter(|s| &mut s.limiter);
@@ -486,6 +541,7 @@ async fn run(engine: &Engine, prepared: Prepared, log: CriLog) -> Exit {
                     ctx: wasi.build(),
                     table: ResourceTable::new(),
                     limiter,
+                    stop,
                 },
             );
             store.limiter(|s| &mut s.limiter);
@@ -554,12 +610,14 @@ fn wasi_builder(spec: &ContainerSpec, log: &CriLog) -> wasmtime::Result<WasiCtxB
 struct P1State {
     wasi: WasiP1Ctx,
     limiter: MemoryLimiter,
+    stop: Arc<AtomicBool>,
 }
 
 struct P2State {
     ctx: WasiCtx,
     table: ResourceTable,
     limiter: MemoryLimiter,
+    stop: Arc<AtomicBool>,
 }
 
 impl WasiView for P2State {

@@ -43,7 +43,7 @@ pub use oci::{
 pub const EXAMPLE_REPOSITORY: &str = "localhost/wasmlet-examples";
 
 /// The guest crates in `examples/workloads`, one `<name>.wasm` each.
-pub const WORKLOADS: [&str; 5] = ["hello", "ticker", "crasher", "memhog", "spin"];
+pub const WORKLOADS: [&str; 6] = ["hello", "ticker", "crasher", "memhog", "spin", "graceful"];
 
 /// One image written by [`build_example_images`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,15 +73,22 @@ const fn module_artifact(name: &'static str) -> ExampleImage {
 /// (`hello-component`), as runwasi's image of its component
 /// (`hello-runwasi`) and as a plain container image of its module
 /// (`hello-plain`).
-pub const EXAMPLE_IMAGES: [ExampleImage; 8] = [
+pub const EXAMPLE_IMAGES: [ExampleImage; 10] = [
     module_artifact("hello"),
     module_artifact("ticker"),
     module_artifact("crasher"),
     module_artifact("memhog"),
     module_artifact("spin"),
+    module_artifact("graceful"),
     ExampleImage {
         name: "hello-component",
         guest: "hello",
+        layout: WasmLayout::Artifact,
+        component: true,
+    },
+    ExampleImage {
+        name: "graceful-component",
+        guest: "graceful",
         layout: WasmLayout::Artifact,
         component: true,
     },

@@ -301,3 +301,110 @@ async fn stopping_a_sandbox_ends_its_process_and_its_containers() -> Result<()> 
     assert!(fx.runtime.list_containers().await?.is_empty());
     Ok(())
 }
+
+#[tokio::test]
+async fn a_guest_that_observes_the_stop_signal_exits_by_itself_within_the_grace() -> Result<()> {
+    let fx = Fixture::with_images(&["graceful"])?;
+    let pod = fx.pod("graceful").await?;
+    let config = with_env(
+        pod.container("graceful", "graceful"),
+        &[("CLEANUP_MS", "300"), ("EXIT_CODE", "3")],
+    );
+    let id = fx.run(&pod, &config).await?;
+    let status = fx.wait_for_state(&id, ContainerState::Running).await?;
+    wait_for_stdout_line(&status.log_path, "working 1").await?;
+
+    let began = Instant::now();
+    within(
+        "stop_container",
+        fx.runtime.stop_container(&id, STOP_TIMEOUT),
+    )
+    .await??;
+    let took = began.elapsed();
+    // It spent its cleanup (300 ms), then exited with its own code, well before the
+    // grace period ran out.
+    assert!(took >= Duration::from_millis(300), "stopping took {took:?}");
+    assert!(took < STOP_TIMEOUT / 6, "stopping took {took:?}");
+    let status = fx.runtime.container_status(&id).await?;
+    assert_eq!(
+        (status.state, status.exit_code),
+        (ContainerState::Exited, 3),
+        "{status:#?}"
+    );
+    let stdout = lines(&log_records(&status.log_path)?, Stream::Stdout);
+    let tail: Vec<&str> = stdout
+        .iter()
+        .rev()
+        .take(2)
+        .rev()
+        .map(|s| s.as_str())
+        .collect();
+    assert_eq!(tail, ["stop requested", "clean exit"], "{stdout:?}");
+
+    fx.runtime.remove_pod_sandbox(&pod.id).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_guest_that_outlasts_the_grace_is_interrupted_at_the_deadline() -> Result<()> {
+    let fx = Fixture::with_images(&["graceful"])?;
+    let pod = fx.pod("slow-graceful").await?;
+    let config = with_env(
+        pod.container("graceful", "graceful"),
+        &[("CLEANUP_MS", "600000")],
+    );
+    let id = fx.run(&pod, &config).await?;
+    let status = fx.wait_for_state(&id, ContainerState::Running).await?;
+    wait_for_stdout_line(&status.log_path, "working 1").await?;
+
+    let grace = Duration::from_millis(700);
+    let began = Instant::now();
+    within("stop_container", fx.runtime.stop_container(&id, grace)).await??;
+    let took = began.elapsed();
+    assert!(took >= grace, "stopping took {took:?}");
+    assert!(
+        took < grace + Duration::from_secs(2),
+        "stopping took {took:?}"
+    );
+    let status = fx.runtime.container_status(&id).await?;
+    assert_eq!(
+        (status.state, status.exit_code),
+        (ContainerState::Exited, 137),
+        "{status:#?}"
+    );
+    let stdout = lines(&log_records(&status.log_path)?, Stream::Stdout);
+    assert_eq!(stdout.last().map(String::as_str), Some("stop requested"));
+
+    fx.runtime.remove_pod_sandbox(&pod.id).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_component_observes_the_stop_signal_through_its_wit_interface() -> Result<()> {
+    let fx = Fixture::with_images(&["graceful-component"])?;
+    let pod = fx.pod("graceful-component").await?;
+    let id = fx
+        .run(&pod, &pod.container("graceful", "graceful-component"))
+        .await?;
+    let status = fx.wait_for_state(&id, ContainerState::Running).await?;
+    wait_for_stdout_line(&status.log_path, "working 1").await?;
+
+    let began = Instant::now();
+    within(
+        "stop_container",
+        fx.runtime.stop_container(&id, STOP_TIMEOUT),
+    )
+    .await??;
+    assert!(began.elapsed() < STOP_TIMEOUT / 6, "{:?}", began.elapsed());
+    let status = fx.runtime.container_status(&id).await?;
+    assert_eq!(
+        (status.state, status.exit_code),
+        (ContainerState::Exited, 0),
+        "{status:#?}"
+    );
+    let stdout = lines(&log_records(&status.log_path)?, Stream::Stdout);
+    assert_eq!(stdout.last().map(String::as_str), Some("clean exit"));
+
+    fx.runtime.remove_pod_sandbox(&pod.id).await?;
+    Ok(())
+}

@@ -8,16 +8,36 @@ use wit_component::{ComponentEncoder, DecodedWasm};
 
 use super::oci::ComponentInfo;
 
+/// wasmlet's guest lifecycle interface (the cooperative stop signal).
+const LIFECYCLE_WIT: &str = include_str!("../../../../runtimes/wasm/wit/lifecycle.wit");
+
 /// Wrap a `wasm32-wasip1` command module (one exporting `_start` and its
 /// memory) into a `wasi:cli/command` component, with the command adapter
-/// that ships inside `wasi-preview1-component-adapter-provider`.
+/// that ships inside `wasi-preview1-component-adapter-provider`. A module that
+/// imports from `wasmlet:lifecycle` gets that package's WIT embedded first, so
+/// the component imports the interface by name.
 pub fn componentize_command(module: &[u8]) -> anyhow::Result<Vec<u8>> {
     if !wasmparser::Parser::is_core_wasm(module) {
         bail!("componentize_command: input is not a core Wasm module");
     }
+    let mut module = module.to_vec();
+    if imports_lifecycle(&module)? {
+        let mut resolve = wit_parser::Resolve::default();
+        let package = resolve
+            .push_str("lifecycle.wit", LIFECYCLE_WIT)
+            .context("parsing wasmlet:lifecycle")?;
+        let world = resolve.select_world(&[package], Some("guest"))?;
+        wit_component::embed_component_metadata(
+            &mut module,
+            &resolve,
+            world,
+            wit_component::StringEncoding::UTF8,
+        )
+        .context("embedding the wasmlet:lifecycle world")?;
+    }
     ComponentEncoder::default()
         .validate(true)
-        .module(module)
+        .module(&module)
         .context("reading the core module")?
         .adapter(
             WASI_SNAPSHOT_PREVIEW1_ADAPTER_NAME,
@@ -26,6 +46,19 @@ pub fn componentize_command(module: &[u8]) -> anyhow::Result<Vec<u8>> {
         .context("adding the wasi_snapshot_preview1 command adapter")?
         .encode()
         .context("encoding the component")
+}
+
+fn imports_lifecycle(module: &[u8]) -> anyhow::Result<bool> {
+    for payload in wasmparser::Parser::new(0).parse_all(module) {
+        if let wasmparser::Payload::ImportSection(imports) = payload? {
+            for import in imports.into_imports() {
+                if import?.module.starts_with("wasmlet:lifecycle/") {
+                    return Ok(true);
+                }
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// The imports and exports of a component's world, named as the CNCF Wasm
