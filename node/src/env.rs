@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::quantity;
@@ -154,6 +154,9 @@ pub fn references(c: &Container) -> (Vec<String>, Vec<String>) {
 pub trait ObjectSource: Send + Sync {
     async fn config_map(&self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, String>;
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, String>;
+    /// Every Service in the cluster, for [`service_env`]; an error until they were
+    /// read once.
+    async fn services(&self) -> Result<Vec<Service>, String>;
 }
 
 /// A standalone node has no ConfigMaps or Secrets to read.
@@ -172,6 +175,88 @@ impl ObjectSource for NoApiServer {
             "Secret {namespace}/{name} cannot be read: this node has no API server"
         ))
     }
+
+    /// No services: a standalone kubelet sets no service variables either.
+    async fn services(&self) -> Result<Vec<Service>, String> {
+        Ok(Vec::new())
+    }
+}
+
+/// The services whose variables a pod in `namespace` gets, as the kubelet chooses
+/// them: the master service `kubernetes` of the `default` namespace always (unless the
+/// pod's own namespace has one of that name and links are enabled), and with
+/// `enableServiceLinks` every service of the pod's namespace; only services with a
+/// cluster IP (not headless).
+pub fn service_env(
+    services: &[Service],
+    namespace: &str,
+    enable_service_links: bool,
+) -> Vec<(String, String)> {
+    let mut chosen: BTreeMap<&str, &Service> = BTreeMap::new();
+    for svc in services {
+        let ip = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.cluster_ip.as_deref())
+            .unwrap_or("");
+        if ip.is_empty() || ip == "None" {
+            continue;
+        }
+        let name = svc.metadata.name.as_deref().unwrap_or("");
+        let ns = svc.metadata.namespace.as_deref().unwrap_or("default");
+        if ns == "default" && name == "kubernetes" {
+            chosen.entry(name).or_insert(svc);
+        } else if ns == namespace && enable_service_links {
+            chosen.insert(name, svc);
+        }
+    }
+    let mut out = Vec::new();
+    for (name, svc) in chosen {
+        let spec = svc.spec.as_ref().expect("services with an IP have a spec");
+        let ip = spec.cluster_ip.clone().unwrap_or_default();
+        let ports = spec.ports.as_deref().unwrap_or_default();
+        let prefix = name.replace('-', "_").to_uppercase();
+        out.push((format!("{prefix}_SERVICE_HOST"), ip.clone()));
+        if let Some(first) = ports.first() {
+            out.push((format!("{prefix}_SERVICE_PORT"), first.port.to_string()));
+        }
+        for p in ports {
+            if let Some(port_name) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                out.push((
+                    format!(
+                        "{prefix}_SERVICE_PORT_{}",
+                        port_name.replace('-', "_").to_uppercase()
+                    ),
+                    p.port.to_string(),
+                ));
+            }
+        }
+        // Docker link variables.
+        let host_port = |port: i32| {
+            if ip.contains(':') {
+                format!("[{ip}]:{port}")
+            } else {
+                format!("{ip}:{port}")
+            }
+        };
+        for (i, p) in ports.iter().enumerate() {
+            let protocol = p
+                .protocol
+                .as_deref()
+                .filter(|p| !p.is_empty())
+                .unwrap_or("TCP");
+            let url = format!("{}://{}", protocol.to_lowercase(), host_port(p.port));
+            if i == 0 {
+                out.push((format!("{prefix}_PORT"), url.clone()));
+            }
+            let port_prefix = format!("{prefix}_PORT_{}_{}", p.port, protocol.to_uppercase());
+            out.push((port_prefix.clone(), url));
+            out.push((format!("{port_prefix}_PROTO"), protocol.to_lowercase()));
+            out.push((format!("{port_prefix}_PORT"), p.port.to_string()));
+            out.push((format!("{port_prefix}_ADDR"), ip.clone()));
+        }
+    }
+    out
 }
 
 /// What the environment is made from besides the pod.
@@ -182,6 +267,9 @@ pub struct Context<'a> {
     /// the container does not set.
     pub allocatable: &'a BTreeMap<String, Quantity>,
     pub objects: &'a Objects,
+    /// The service variables ([`service_env`]): available to `$(VAR)` after the
+    /// container's own, and added where the container defines no variable of the name.
+    pub services: &'a [(String, String)],
 }
 
 /// The environment of `c` and the `envFrom` keys skipped for not being variable names.
@@ -224,7 +312,14 @@ pub fn make_env(pod: &Pod, c: &Container, ctx: &Context<'_>) -> Result<(Env, Vec
         let value = match (&var.value, &var.value_from) {
             (Some(v), _) if !v.is_empty() => {
                 let defined = env.clone();
-                expand(v, &|name| defined.get(name).map(str::to_owned))
+                expand(v, &|name| {
+                    defined.get(name).map(str::to_owned).or_else(|| {
+                        ctx.services
+                            .iter()
+                            .find(|(k, _)| k == name)
+                            .map(|(_, v)| v.clone())
+                    })
+                })
             }
             (_, Some(from)) => {
                 if let Some(f) = &from.field_ref {
@@ -277,6 +372,11 @@ pub fn make_env(pod: &Pod, c: &Container, ctx: &Context<'_>) -> Result<(Env, Vec
             _ => String::new(),
         };
         env.set(var.name.clone(), value);
+    }
+    for (name, value) in ctx.services {
+        if env.get(name).is_none() {
+            env.set(name.clone(), value.clone());
+        }
     }
     Ok((env, invalid))
 }
@@ -506,6 +606,7 @@ mod tests {
             pod_ips: &pod_ips,
             allocatable: &allocatable,
             objects: &objects,
+            services: &[],
         };
         let mut p = pod();
         p.spec.as_mut().unwrap().containers[0].env = c.env.clone();
@@ -703,5 +804,135 @@ mod tests {
         for bad in ["", "1A", "a b", "a=b", "ä"] {
             assert!(!is_env_var_name(bad), "{bad}");
         }
+    }
+
+    fn service(ns: &str, name: &str, ip: &str, ports: serde_json::Value) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"clusterIP": ip, "ports": ports},
+        }))
+        .unwrap()
+    }
+
+    fn services() -> Vec<Service> {
+        vec![
+            service(
+                "default",
+                "kubernetes",
+                "10.96.0.1",
+                serde_json::json!([{"name": "https", "port": 443}]),
+            ),
+            service(
+                "ns",
+                "redis-primary",
+                "10.0.0.11",
+                serde_json::json!([{"port": 6379}, {"name": "metrics-port", "port": 9121, "protocol": "UDP"}]),
+            ),
+            service("ns", "headless", "None", serde_json::json!([{"port": 80}])),
+            service(
+                "other",
+                "elsewhere",
+                "10.0.0.12",
+                serde_json::json!([{"port": 80}]),
+            ),
+        ]
+    }
+
+    #[test]
+    fn service_variables_follow_the_kubelet_and_docker_link_names() {
+        let env: BTreeMap<String, String> =
+            service_env(&services(), "ns", true).into_iter().collect();
+        let want: BTreeMap<String, String> = [
+            ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+            ("KUBERNETES_SERVICE_PORT_HTTPS", "443"),
+            ("KUBERNETES_PORT", "tcp://10.96.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP", "tcp://10.96.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"),
+            ("KUBERNETES_PORT_443_TCP_PORT", "443"),
+            ("KUBERNETES_PORT_443_TCP_ADDR", "10.96.0.1"),
+            ("REDIS_PRIMARY_SERVICE_HOST", "10.0.0.11"),
+            ("REDIS_PRIMARY_SERVICE_PORT", "6379"),
+            ("REDIS_PRIMARY_SERVICE_PORT_METRICS_PORT", "9121"),
+            ("REDIS_PRIMARY_PORT", "tcp://10.0.0.11:6379"),
+            ("REDIS_PRIMARY_PORT_6379_TCP", "tcp://10.0.0.11:6379"),
+            ("REDIS_PRIMARY_PORT_6379_TCP_PROTO", "tcp"),
+            ("REDIS_PRIMARY_PORT_6379_TCP_PORT", "6379"),
+            ("REDIS_PRIMARY_PORT_6379_TCP_ADDR", "10.0.0.11"),
+            ("REDIS_PRIMARY_PORT_9121_UDP", "udp://10.0.0.11:9121"),
+            ("REDIS_PRIMARY_PORT_9121_UDP_PROTO", "udp"),
+            ("REDIS_PRIMARY_PORT_9121_UDP_PORT", "9121"),
+            ("REDIS_PRIMARY_PORT_9121_UDP_ADDR", "10.0.0.11"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(env, want);
+    }
+
+    #[test]
+    fn without_service_links_only_the_master_service_is_seen() {
+        let names: Vec<String> = service_env(&services(), "ns", false)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert!(
+            names.iter().all(|n| n.starts_with("KUBERNETES_")),
+            "{names:?}"
+        );
+        assert!(names.contains(&"KUBERNETES_SERVICE_HOST".to_owned()));
+        // A `kubernetes` service of the pod's own namespace wins when links are on.
+        let mut own = services();
+        own.push(service(
+            "ns",
+            "kubernetes",
+            "10.0.0.99",
+            serde_json::json!([{"port": 8443}]),
+        ));
+        let env: BTreeMap<String, String> = service_env(&own, "ns", true).into_iter().collect();
+        assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.0.0.99");
+        // IPv6 cluster IPs are bracketed in URLs.
+        let v6 = [service(
+            "ns",
+            "v6",
+            "fd00::10",
+            serde_json::json!([{"port": 80}]),
+        )];
+        let env: BTreeMap<String, String> = service_env(&v6, "ns", true).into_iter().collect();
+        assert_eq!(env["V6_PORT"], "tcp://[fd00::10]:80");
+    }
+
+    #[test]
+    fn service_variables_expand_in_values_and_never_replace_the_containers_own() {
+        let objects = objects();
+        let allocatable = BTreeMap::new();
+        let svc = service_env(&services(), "ns", true);
+        let ctx = Context {
+            host_ips: &[],
+            pod_ips: &[],
+            allocatable: &allocatable,
+            objects: &objects,
+            services: &svc,
+        };
+        let mut c = container(
+            vec![
+                var(
+                    "URL",
+                    Some("redis://$(REDIS_PRIMARY_SERVICE_HOST):6379"),
+                    None,
+                ),
+                var("KUBERNETES_SERVICE_HOST", Some("mine"), None),
+            ],
+            vec![],
+        );
+        c.command = Some(vec!["$(KUBERNETES_PORT)".into()]);
+        let mut p = pod();
+        p.spec.as_mut().unwrap().containers[0] = c.clone();
+        let (env, _) = make_env(&p, &c, &ctx).unwrap();
+        assert_eq!(env.get("URL"), Some("redis://10.0.0.11:6379"));
+        assert_eq!(env.get("KUBERNETES_SERVICE_HOST"), Some("mine"));
+        assert_eq!(env.get("REDIS_PRIMARY_SERVICE_PORT"), Some("6379"));
+        let (command, _) = expand_command(&c, &env);
+        assert_eq!(command, ["tcp://10.96.0.1:443"]);
     }
 }

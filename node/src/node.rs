@@ -270,9 +270,11 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
         node_ips.iter().map(|ip| ip.to_string()).collect(),
         node_resources.clone().map(|(_, a)| a).unwrap_or_default(),
     );
+    let services = crate::cluster::ServiceCache::default();
     if let Some(client) = &client {
         syncer = syncer.with_objects(Arc::new(crate::cluster::ApiObjects {
             client: client.clone(),
+            services: services.clone(),
         }));
     }
     let syncer = Arc::new(syncer);
@@ -393,6 +395,11 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
             config.node_name.clone(),
             api_pods.clone(),
             sources_tx.clone(),
+            cancel.clone(),
+        ));
+        tokio::spawn(crate::cluster::watch_services(
+            watch_client.clone(),
+            services,
             cancel.clone(),
         ));
         tokio::spawn(crate::cluster::runtime_classes::run(

@@ -1255,7 +1255,8 @@ impl PodSyncer {
         })
     }
 
-    /// The container's environment: ConfigMaps and Secrets it names are read first.
+    /// The container's environment: ConfigMaps and Secrets it names are read first,
+    /// and the services' variables come from the watched Services.
     async fn container_env(
         &self,
         pod: &Pod,
@@ -1273,12 +1274,19 @@ impl PodSyncer {
             let secret = self.objects.secret(ns, &name).await?;
             objects.secrets.insert(name, secret);
         }
+        let links = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.enable_service_links)
+            .unwrap_or(true);
+        let services = crate::env::service_env(&self.objects.services().await?, ns, links);
         let pod_ips: Vec<String> = sandbox.ip.iter().cloned().collect();
         let ctx = crate::env::Context {
             host_ips: &self.host_ips,
             pod_ips: &pod_ips,
             allocatable: &self.allocatable,
             objects: &objects,
+            services: &services,
         };
         let (env, invalid) = crate::env::make_env(pod, c, &ctx)?;
         if !invalid.is_empty() {

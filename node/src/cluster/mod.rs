@@ -245,9 +245,35 @@ impl NodeHandle {
 }
 
 /// ConfigMaps and Secrets read from the API server (the Node authorizer allows those
-/// the node's pods reference).
+/// the node's pods reference), and the Services [`watch_services`] keeps.
 pub struct ApiObjects {
     pub client: kube::Client,
+    pub services: ServiceCache,
+}
+
+/// Every Service of the cluster, `None` until the first list.
+pub type ServiceCache =
+    std::sync::Arc<std::sync::RwLock<Option<Vec<k8s_openapi::api::core::v1::Service>>>>;
+
+/// Watches every Service until cancelled, as the kubelet's service informer does, for
+/// the service environment variables of containers.
+pub async fn watch_services(
+    client: kube::Client,
+    cache: ServiceCache,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let api: kube::Api<k8s_openapi::api::core::v1::Service> = kube::Api::all(client);
+    watch_set(
+        api,
+        kube::runtime::watcher::Config::default(),
+        "Services",
+        cancel,
+        move |set| {
+            *cache.write().unwrap() = Some(set.into_values().collect());
+            Box::pin(async { true })
+        },
+    )
+    .await;
 }
 
 #[async_trait::async_trait]
@@ -272,6 +298,12 @@ impl crate::env::ObjectSource for ApiObjects {
             .get_opt(name)
             .await
             .map_err(|e| format!("reading Secret {namespace}/{name}: {e}"))
+    }
+
+    async fn services(&self) -> Result<Vec<k8s_openapi::api::core::v1::Service>, String> {
+        self.services.read().unwrap().clone().ok_or_else(|| {
+            "services have not yet been read at least once, cannot construct envvars".to_owned()
+        })
     }
 }
 

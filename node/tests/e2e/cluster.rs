@@ -128,6 +128,7 @@ fn allowed(r: &Request, pods: &BTreeSet<String>) -> bool {
         ("coordination.k8s.io", "leases", "", "create") => r.namespace == "kube-node-lease",
         ("" | "events.k8s.io", "events", "", "create" | "patch" | "update") => true,
         ("node.k8s.io", "runtimeclasses", "", "get" | "list" | "watch") => true,
+        ("", "services", "", "list" | "watch") => true,
         // Only those the node's pods reference (the authorizer's graph).
         ("", "configmaps" | "secrets", "", "get") => r.namespace == "default",
         _ => false,
@@ -579,9 +580,20 @@ fn after_a_restart_deleted_pods_stop_gracefully_and_finished_pods_stay_finished(
 }
 
 #[test]
-fn the_environment_comes_from_the_downward_api_config_maps_and_secrets() {
-    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+fn the_environment_comes_from_the_downward_api_config_maps_secrets_and_services() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
     let c = cluster();
+    for (name, ip, port) in [
+        ("kubernetes", "10.96.0.1", 443),
+        ("redis-primary", "10.0.0.11", 6379),
+    ] {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name, "namespace": "default" },
+            "spec": { "clusterIP": ip, "ports": [{ "name": "main", "port": port }] },
+        }))
+        .unwrap();
+        c.api.create(&svc).unwrap();
+    }
     let node = start_with(node_options(&c, &["hello"]));
     let cm: ConfigMap = serde_json::from_value(serde_json::json!({
         "metadata": { "name": "cfg", "namespace": "default" },
@@ -617,6 +629,7 @@ fn the_environment_comes_from_the_downward_api_config_maps_and_secrets() {
                     { "name": "OPT", "valueFrom": { "configMapKeyRef": { "name": "cfg", "key": "nope", "optional": true } } },
                     { "name": "PW", "valueFrom": { "secretKeyRef": { "name": "creds", "key": "password" } } },
                     { "name": "GREETING", "value": "hi-$(COLOR)" },
+                    { "name": "REDIS_URL", "value": "redis://$(REDIS_PRIMARY_SERVICE_HOST)" },
                 ],
             }],
         },
@@ -648,6 +661,12 @@ fn the_environment_comes_from_the_downward_api_config_maps_and_secrets() {
         "env PW=s3cret",
         "env GREETING=hi-blue",
         "env CFG_color=blue",
+        "env REDIS_URL=redis://10.0.0.11",
+        "env REDIS_PRIMARY_SERVICE_HOST=10.0.0.11",
+        "env REDIS_PRIMARY_SERVICE_PORT_MAIN=6379",
+        "env REDIS_PRIMARY_PORT_6379_TCP=tcp://10.0.0.11:6379",
+        "env KUBERNETES_SERVICE_HOST=10.96.0.1",
+        "env KUBERNETES_PORT=tcp://10.96.0.1:443",
     ] {
         assert!(lines.iter().any(|l| l == want), "{want} in {lines:#?}");
     }
