@@ -29,4 +29,5 @@ pub mod server;
 pub mod status;
 pub mod sync;
 pub mod syncloop;
+pub mod volumes;
 pub mod workers;

@@ -102,6 +102,8 @@ pub struct PodState {
     pub initialized: bool,
     /// The sandbox the pod was initialized in.
     pub initialized_in: Option<String>,
+    /// The pod's volumes on the host, by name, once set up.
+    pub volumes: Vec<(String, crate::volumes::HostVolume)>,
 }
 
 /// What a sync asks of its worker afterwards.
@@ -438,6 +440,14 @@ impl PodSyncer {
             return SyncOutcome::default();
         }
 
+        match self.set_up_volumes(pod) {
+            Ok(volumes) => st.volumes = volumes,
+            Err(message) => {
+                self.events
+                    .pod(pod, None, WARNING, "FailedMount", message.clone());
+                return self.not_started(pod, st, message);
+            }
+        }
         if !st.sandbox.as_ref().is_some_and(|s| s.ready) {
             let ran = st.containers.values().any(|r| r.current.is_some());
             if restart_policy(pod) == "Never" && st.sandbox_attempts > 0 && ran {
@@ -648,8 +658,9 @@ impl PodSyncer {
         } else {
             rec.restart_count
         };
+        let volumes = st.volumes.clone();
         match self
-            .start_container(runtime, pod, c, sandbox, attempt)
+            .start_container(runtime, pod, c, sandbox, &volumes, attempt)
             .await
         {
             Ok(status) => {
@@ -802,6 +813,7 @@ impl PodSyncer {
             }
         }
         if let Some(dir) = &self.pods_dir {
+            crate::volumes::tear_down(&dir.join(uid(pod)));
             let _ = std::fs::remove_dir_all(dir.join(uid(pod)));
         }
         let prefix = format!("{}/", uid(pod));
@@ -951,6 +963,39 @@ impl PodSyncer {
             }
         }
         Ok(())
+    }
+
+    /// Sets up the pod's volumes (idempotent). A `medium: Memory` emptyDir without a
+    /// `sizeLimit` is sized by the pod's memory limit, else the node's allocatable
+    /// memory.
+    fn set_up_volumes(
+        &self,
+        pod: &Pod,
+    ) -> Result<Vec<(String, crate::volumes::HostVolume)>, String> {
+        let spec = pod.spec.as_ref();
+        if spec.is_none_or(|s| s.volumes.as_ref().is_none_or(Vec::is_empty)) {
+            return Ok(Vec::new());
+        }
+        let Some(dir) = &self.pods_dir else {
+            return Err("this node has no pods directory for volumes".into());
+        };
+        let pod_limit: Option<u64> = spec
+            .iter()
+            .flat_map(|s| &s.containers)
+            .map(|c| {
+                c.resources
+                    .as_ref()
+                    .and_then(|r| r.limits.as_ref())
+                    .and_then(|l| l.get("memory"))
+                    .and_then(|q| quantity::bytes(q).ok())
+            })
+            .sum();
+        let limit = pod_limit.or_else(|| {
+            self.allocatable
+                .get("memory")
+                .and_then(|q| quantity::bytes(q).ok())
+        });
+        crate::volumes::set_up(pod, &dir.join(uid(pod)), limit)
     }
 
     /// Re-reads the sandbox and container states from the runtime.
@@ -1161,6 +1206,7 @@ impl PodSyncer {
         pod: &Pod,
         c: &Container,
         sandbox: &SandboxRecord,
+        volumes: &[(String, crate::volumes::HostVolume)],
         attempt: u32,
     ) -> Result<ContainerStatus, StartError> {
         self.ensure_image(runtime, pod, c).await?;
@@ -1191,7 +1237,7 @@ impl PodSyncer {
                 retry: self.retry_after_error,
             })?;
         let config = self
-            .container_config(pod, c, attempt, env, runtime.name() == "wasm")
+            .container_config(pod, c, attempt, env, volumes, runtime.name() == "wasm")
             .map_err(|message| StartError {
                 waiting: Waiting::new("CreateContainerConfigError", message),
                 retry: self.retry_after_error,
@@ -1362,9 +1408,17 @@ impl PodSyncer {
         c: &Container,
         attempt: u32,
         env: crate::env::Env,
+        volumes: &[(String, crate::volumes::HostVolume)],
         wasm: bool,
     ) -> Result<ContainerConfig, String> {
         let (command, args) = crate::env::expand_command(c, &env);
+        let mut mounts = crate::volumes::container_mounts(
+            c,
+            volumes,
+            &|s| crate::env::expand(s, &|name| env.get(name).map(str::to_owned)),
+            wasm,
+        )?;
+        mounts.extend(self.termination_mount(pod, c, attempt, wasm)?);
         let env = env.into_vec();
         let spec = pod.spec.clone().unwrap_or_default();
         let (cpu_shares, cpu_quota) =
@@ -1418,10 +1472,7 @@ impl PodSyncer {
             args,
             working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
             env,
-            mounts: self
-                .termination_mount(pod, c, attempt, wasm)?
-                .into_iter()
-                .collect(),
+            mounts,
             log_path: PathBuf::from(&c.name).join(format!("{attempt}.log")),
             labels,
             annotations,

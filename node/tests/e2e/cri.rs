@@ -578,3 +578,91 @@ spec:
         "{helper_log:?}"
     );
 }
+
+/// A manifest of `examples/manifests`.
+fn example_manifest(path: &str) -> String {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/manifests")
+        .join(path);
+    let yaml = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        yaml.contains(BUSYBOX_IMAGE),
+        "{} uses the test image",
+        file.display()
+    );
+    yaml
+}
+
+fn init_state(p: &Pod, name: &str) -> k8s_openapi::api::core::v1::ContainerState {
+    p.status
+        .as_ref()
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == name))
+        .and_then(|c| c.state.clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_documentations_sidecar_examples_behave_as_documented() {
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let node = cri_node(&containerd, &[]);
+
+    // The Deployment's pod: the sidecar starts first and ships the app's log lines,
+    // read from the emptyDir both mount, for as long as the pod runs.
+    node.write_manifest(
+        "myapp.yaml",
+        &example_manifest("sidecar/app-with-logshipper.yaml"),
+    )
+    .unwrap();
+    let pod = node.wait_pod("myapp", LONG, is_running).unwrap();
+    let shipper = init_state(&pod, "logshipper")
+        .running
+        .expect("the sidecar runs");
+    let app = container(&pod)
+        .state
+        .unwrap()
+        .running
+        .expect("the app runs");
+    assert!(
+        shipper.started_at <= app.started_at,
+        "the sidecar starts first"
+    );
+    assert_eq!(condition(&pod, "Initialized").as_deref(), Some("True"));
+    let shipped = poll(Duration::from_secs(20), || {
+        let lines = node.container_log(&pod, "logshipper", 0).ok()?;
+        (lines.iter().filter(|r| r.text == "logging").count() >= 2).then_some(lines.len())
+    });
+    assert!(shipped.is_some(), "the sidecar ships the app's lines");
+    let pod = node.pod("myapp").unwrap();
+    assert!(
+        init_state(&pod, "logshipper").running.is_some(),
+        "and keeps running"
+    );
+
+    // The Job's pod: the sidecar runs on, but the pod completes once the job is done.
+    node.write_manifest(
+        "myjob.yaml",
+        &example_manifest("sidecar/job-with-logshipper.yaml"),
+    )
+    .unwrap();
+    let pod = node
+        .wait_pod("myjob", LONG, |p| phase(p) == "Succeeded")
+        .unwrap();
+    let job = container(&pod).state.unwrap().terminated.unwrap();
+    assert_eq!(job.exit_code, 0);
+    let shipper = poll(Duration::from_secs(20), || {
+        init_state(&node.pod("myjob")?, "logshipper").terminated
+    })
+    .expect("the sidecar is stopped once the job is done");
+    assert!(job.finished_at <= shipper.finished_at);
+    let data = node
+        .dir()
+        .join("root/pods")
+        .join(pod.metadata.uid.clone().unwrap())
+        .join("volumes/kubernetes.io~empty-dir/data/logs.txt");
+    assert_eq!(std::fs::read_to_string(&data).unwrap(), "logging\n");
+
+    node.remove_manifest("myapp.yaml").unwrap();
+    node.wait_gone("myapp", LONG).unwrap();
+}

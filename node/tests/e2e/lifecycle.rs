@@ -486,3 +486,121 @@ fn a_failed_container_falls_back_to_its_log_for_the_termination_message() {
     let t = container(&pod).state.unwrap().terminated.unwrap();
     assert_eq!(t.message, None);
 }
+
+#[test]
+fn wasm_containers_share_empty_dirs_and_unsupported_volumes_are_refused() {
+    let node = start(&["hello"]);
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: shared}}
+spec:
+  restartPolicy: Never
+  initContainers:
+  - name: writer
+    image: {hello}
+    imagePullPolicy: IfNotPresent
+    env:
+    - {{name: WRITE_FILE, value: /data/greeting}}
+    - {{name: FILE_TEXT, value: from the init container}}
+    volumeMounts: [{{name: data, mountPath: /data, subPath: sub}}]
+  - name: memwriter
+    image: {hello}
+    imagePullPolicy: IfNotPresent
+    env: [{{name: WRITE_FILE, value: /shm/note}}]
+    volumeMounts: [{{name: shm, mountPath: /shm}}]
+  containers:
+  - name: reader
+    image: {hello}
+    imagePullPolicy: IfNotPresent
+    env: [{{name: READ_FILE, value: /in/greeting}}]
+    volumeMounts: [{{name: data, mountPath: /in, subPath: sub, readOnly: true}}]
+  - name: memreader
+    image: {hello}
+    imagePullPolicy: IfNotPresent
+    env: [{{name: READ_FILE, value: /shm/note}}]
+    volumeMounts: [{{name: shm, mountPath: /shm}}]
+  - name: readonly
+    image: {hello}
+    imagePullPolicy: IfNotPresent
+    env: [{{name: WRITE_FILE, value: /in/nope}}]
+    volumeMounts: [{{name: data, mountPath: /in, readOnly: true}}]
+  volumes:
+  - {{name: data, emptyDir: {{}}}}
+  - {{name: shm, emptyDir: {{medium: Memory, sizeLimit: 1Mi}}}}
+"#,
+        hello = image("hello")
+    );
+    node.write_manifest("shared.yaml", &yaml).unwrap();
+    let pod = node
+        .wait_pod("shared", LONG, |p| phase(p) == "Failed")
+        .unwrap();
+    let exit = |name: &str| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.name == name))
+            .and_then(|c| c.state.clone()?.terminated)
+            .map(|t| t.exit_code)
+    };
+    assert_eq!(exit("reader"), Some(0));
+    assert_eq!(exit("memreader"), Some(0));
+    assert_eq!(
+        exit("readonly"),
+        Some(1),
+        "a read-only mount refuses writes"
+    );
+    let stdout = |name: &str| -> Vec<String> {
+        node.container_log(&pod, name, 0)
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.stream == "stdout")
+            .map(|r| r.text)
+            .collect()
+    };
+    assert!(stdout("reader").contains(&"read /in/greeting: from the init container".to_owned()));
+    assert!(stdout("memreader").contains(&"read /shm/note: hello".to_owned()));
+    let volumes = node
+        .dir()
+        .join("root/pods")
+        .join(pod.metadata.uid.clone().unwrap())
+        .join("volumes/kubernetes.io~empty-dir");
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let shm = volumes.join("shm").display().to_string();
+    assert!(
+        mountinfo
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some(shm.as_str()) && l.contains(" - tmpfs ")),
+        "the Memory emptyDir is a tmpfs"
+    );
+
+    // Deleting the pod unmounts and removes its volumes.
+    node.remove_manifest("shared.yaml").unwrap();
+    node.wait_gone("shared", LONG).unwrap();
+    wasmlet_testkit::node::poll(Duration::from_secs(10), || {
+        (!volumes.exists()).then_some(())
+    })
+    .expect("the pod's volumes are removed");
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mountinfo.contains(&shm), "the tmpfs is unmounted");
+
+    // A volume type this node does not provide: FailedMount, and nothing runs.
+    let yaml = manifest(
+        "cfg",
+        "hello",
+        "Never",
+        "    volumeMounts: [{name: cfg, mountPath: /cfg}]\n",
+    ) + "  volumes:\n  - {name: cfg, configMap: {name: settings}}\n";
+    node.write_manifest("cfg.yaml", &yaml).unwrap();
+    let pod = node
+        .wait_pod("cfg", LONG, |p| {
+            container(p)
+                .state
+                .and_then(|s| s.waiting)
+                .and_then(|w| w.message)
+                .is_some_and(|m| m.contains("configMap is not supported"))
+        })
+        .unwrap();
+    assert_eq!(phase(&pod), "Pending");
+    assert!(node.sandbox_pids().is_empty(), "no sandbox was made");
+}

@@ -2,8 +2,11 @@
 //!
 //! stdout gets one line per argument (`arg[i]=...`), one per environment
 //! variable sorted by key (`env KEY=VALUE`) and the working directory
-//! (`cwd=...`) when WASI exposes one; stderr gets `hello on stderr`. The exit
-//! code is the value of `EXIT_CODE` (default 0).
+//! (`cwd=...`) when WASI exposes one; stderr gets `hello on stderr`. With
+//! `WRITE_FILE=path` it writes `FILE_TEXT` (default `hello`) and a newline to
+//! that file; with `READ_FILE=path` it prints `read <path>: <content>` (a file
+//! it cannot read is exit code 1). The exit code is otherwise the value of
+//! `EXIT_CODE` (default 0).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -33,6 +36,23 @@ fn main() -> ExitCode {
     drop(out);
 
     eprintln!("hello on stderr");
+
+    if let Ok(path) = std::env::var("WRITE_FILE") {
+        let text = std::env::var("FILE_TEXT").unwrap_or_else(|_| "hello".into());
+        if let Err(e) = std::fs::write(&path, format!("{text}\n")) {
+            eprintln!("writing {path}: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    if let Ok(path) = std::env::var("READ_FILE") {
+        match std::fs::read_to_string(&path) {
+            Ok(content) => println!("read {path}: {}", content.trim_end()),
+            Err(e) => {
+                eprintln!("reading {path}: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
 
     let code = match std::env::var("EXIT_CODE") {
         Ok(raw) => match raw.trim().parse::<u8>() {
