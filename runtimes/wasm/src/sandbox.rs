@@ -594,7 +594,14 @@ fn wasi_builder(spec: &ContainerSpec, log: &CriLog) -> wasmtime::Result<WasiCtxB
     b.args(&spec.argv)
         .envs(&spec.env)
         .stdout(CriOutput::new(log.clone(), Stream::Stdout))
-        .stderr(CriOutput::new(log.clone(), Stream::Stderr));
+        .stderr(CriOutput::new(log.clone(), Stream::Stderr))
+        // A workload has the pod's network as a container has; Wasm pods share the
+        // node's network namespace (docs/decisions.md): TCP, UDP and name lookups
+        // through wasi:sockets.
+        .inherit_network()
+        .allow_tcp(true)
+        .allow_udp(true)
+        .allow_ip_name_lookup(true);
     for p in &spec.preopens {
         let perms = if p.readonly {
             FsPerms::ReadOnly
