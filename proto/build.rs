@@ -17,10 +17,11 @@ const PROTOS: &[&str] = &[
     "deviceplugin/v1beta1/api.proto",
     "pluginregistration/v1/api.proto",
     "csi/v1/csi.proto",
+    "grpc/health/v1/health.proto",
 ];
 
 /// Directories holding the `.proto` files, watched for changes.
-const PROTO_DIRS: &[&str] = &["cri", "deviceplugin", "pluginregistration", "csi"];
+const PROTO_DIRS: &[&str] = &["cri", "deviceplugin", "pluginregistration", "csi", "grpc"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     for dir in PROTO_DIRS {

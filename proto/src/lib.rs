@@ -13,10 +13,12 @@
 //!   k8s.io/kubelet v0.33.x.
 //! - [`csi::v1`]: CSI (`csi.v1`) `Identity` and `Node` services, matching the
 //!   CSI specification v1.9.0 (the Controller-side services are not included).
+//! - [`grpc::health::v1`]: the gRPC health checking protocol (`grpc.health.v1`),
+//!   which the node's gRPC probes call.
 //!
 //! Field numbers are the upstream ones, so these types interoperate with real
 //! runtimes and plugins. Google well-known types map to [`prost_types`].
-//! [`FILE_DESCRIPTOR_SET`] holds the encoded descriptors of all four files.
+//! [`FILE_DESCRIPTOR_SET`] holds the encoded descriptors of all the files.
 //!
 //! Start reading at the `.proto` files; each names its upstream source and
 //! what (if anything) was left out.
@@ -50,6 +52,17 @@ pub mod csi {
     /// CSI v1, protobuf package `csi.v1` (Identity and Node services).
     pub mod v1 {
         tonic::include_proto!("csi.v1");
+    }
+}
+
+/// gRPC's own services.
+pub mod grpc {
+    /// gRPC health checking.
+    pub mod health {
+        /// Protobuf package `grpc.health.v1`.
+        pub mod v1 {
+            tonic::include_proto!("grpc.health.v1");
+        }
     }
 }
 

@@ -454,3 +454,35 @@ fn csi_probe_uses_the_bool_wrapper() {
     let ready = &message(file, "ProbeResponse").field[0];
     assert_eq!(ready.type_name(), ".google.protobuf.BoolValue");
 }
+
+#[test]
+fn grpc_health_v1_matches_upstream() {
+    assert_fields(
+        "grpc.health.v1",
+        &[
+            ("HealthCheckRequest", "service", 1),
+            ("HealthCheckResponse", "status", 1),
+        ],
+    );
+    let set = descriptor_set();
+    let file = file(&set, "grpc.health.v1");
+    let status = &message(file, "HealthCheckResponse").enum_type[0];
+    let values: Vec<(&str, i32)> = status
+        .value
+        .iter()
+        .map(|v| (v.name(), v.number()))
+        .collect();
+    assert_eq!(
+        values,
+        [
+            ("UNKNOWN", 0),
+            ("SERVING", 1),
+            ("NOT_SERVING", 2),
+            ("SERVICE_UNKNOWN", 3)
+        ]
+    );
+    let service = &file.service[0];
+    assert_eq!(service.name(), "Health");
+    let methods: Vec<&str> = service.method.iter().map(|m| m.name()).collect();
+    assert_eq!(methods, ["Check", "Watch"]);
+}
