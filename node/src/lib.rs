@@ -21,6 +21,7 @@ pub mod node;
 pub mod pleg;
 pub mod podconfig;
 pub mod podspec;
+pub mod prober;
 pub mod qos;
 pub mod quantity;
 pub mod router;

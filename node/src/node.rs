@@ -257,6 +257,15 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
             arch,
         }
     });
+    let statuses = StatusStore::default();
+    let (probe_tx, probe_rx) = mpsc::unbounded_channel();
+    let probes = crate::prober::ProbeManager::new(
+        statuses.clone(),
+        Some(router.clone()),
+        Arc::new(crate::prober::RealRunner),
+        events.clone(),
+        probe_tx,
+    );
     let mut syncer = PodSyncer::new(
         router.clone(),
         config.backoff_initial,
@@ -266,6 +275,7 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     .with_dns(config.dns.clone())
     .with_events(events.clone())
     .with_pods_dir(config.root_dir.join("pods"))
+    .with_probes(probes.clone())
     .with_node(
         node_ips.iter().map(|ip| ip.to_string()).collect(),
         node_resources.clone().map(|(_, a)| a).unwrap_or_default(),
@@ -278,7 +288,6 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
         }));
     }
     let syncer = Arc::new(syncer);
-    let statuses = StatusStore::default();
     let loop_health = LoopHealth::default();
     let relist_health = RelistHealth::default();
 
@@ -302,6 +311,7 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     })];
     let state = ServerState {
         statuses: statuses.clone(),
+        probes: Some(probes.clone()),
         checks,
         ready_checks,
     };
@@ -496,7 +506,8 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
         loop_health,
     )
     .with_sources(sources)
-    .with_static_pods(static_pods);
+    .with_static_pods(static_pods)
+    .with_probes(probes, probe_rx);
     let sync_loop = match admission_node {
         Some(node) => sync_loop.with_admission(node, events.clone()),
         None => sync_loop,

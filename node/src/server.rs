@@ -31,6 +31,8 @@ pub type Check = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
 #[derive(Clone)]
 pub struct ServerState {
     pub statuses: StatusStore,
+    /// For `/metrics/probes`.
+    pub probes: Option<crate::prober::ProbeManager>,
     /// Liveness: `/healthz`.
     pub checks: Vec<(&'static str, Check)>,
     /// Readiness, on top of liveness: `/readyz`.
@@ -87,10 +89,28 @@ async fn readyz(State(state): State<ServerState>, Query(q): Query<HealthQuery>) 
     )
 }
 
+/// `prober_probe_total`, as the kubelet serves it at `/metrics/probes`.
+async fn probe_metrics(State(state): State<ServerState>) -> Response {
+    let text = state
+        .probes
+        .as_ref()
+        .map(|p| p.metrics_text())
+        .unwrap_or_default();
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
 /// The read-only router.
 pub fn read_only_router(state: ServerState) -> Router {
     Router::new()
         .route("/pods", get(pods))
+        .route("/metrics/probes", get(probe_metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state)

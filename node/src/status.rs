@@ -96,8 +96,17 @@ fn api_container_status(
         }
         (None, Some(cs)) => match cs.state {
             ContainerState::Running => {
-                s.ready = true;
-                s.started = Some(true);
+                // Started once the startup probe succeeded (at once without one);
+                // ready once started and the readiness probe succeeded.
+                use crate::prober::{ProbeKind, ProbeResult};
+                let passed = |kind: ProbeKind| {
+                    kind.of(c).is_none()
+                        || st.probe_results.get(&(c.name.clone(), kind))
+                            == Some(&ProbeResult::Success)
+                };
+                let started = passed(ProbeKind::Startup);
+                s.started = Some(started);
+                s.ready = started && passed(ProbeKind::Readiness);
                 ApiState {
                     running: Some(ContainerStateRunning {
                         started_at: cs.started_at.map(time),

@@ -67,6 +67,9 @@ pub struct ContainerRecord {
     pub last_terminated: Option<ContainerStatus>,
     pub restart_count: u32,
     pub waiting: Option<Waiting>,
+    /// The current instance was killed for a failed liveness or startup probe: it is
+    /// restarted unless the policy is Never, whatever its exit code.
+    pub probe_killed: bool,
 }
 
 /// The pod's sandbox as last seen.
@@ -104,6 +107,8 @@ pub struct PodState {
     pub initialized_in: Option<String>,
     /// The pod's volumes on the host, by name, once set up.
     pub volumes: Vec<(String, crate::volumes::HostVolume)>,
+    /// The probe results of the running instances, by container name and type.
+    pub probe_results: BTreeMap<(String, crate::prober::ProbeKind), crate::prober::ProbeResult>,
 }
 
 /// What a sync asks of its worker afterwards.
@@ -133,6 +138,8 @@ pub struct PodSyncer {
     pods_dir: Option<PathBuf>,
     /// The node's allocatable resources (limits a container does not set).
     allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    /// Liveness, readiness and startup results.
+    probes: Option<crate::prober::ProbeManager>,
 }
 
 /// The restart policy of a pod, defaulting to `Always`.
@@ -225,7 +232,53 @@ impl PodSyncer {
             host_ips: Vec::new(),
             allocatable: BTreeMap::new(),
             pods_dir: None,
+            probes: None,
         }
+    }
+
+    /// Reads probe results from `probes`: a failed liveness or startup probe restarts
+    /// its container, readiness goes into the status.
+    pub fn with_probes(mut self, probes: crate::prober::ProbeManager) -> Self {
+        self.probes = Some(probes);
+        self
+    }
+
+    /// Copies the probe results of the pod's running instances into `st`, for its
+    /// status.
+    pub fn snapshot_probes(&self, st: &mut PodState) {
+        st.probe_results.clear();
+        let Some(probes) = &self.probes else { return };
+        for (name, rec) in &st.containers {
+            let Some(cs) = rec
+                .current
+                .as_ref()
+                .filter(|cs| cs.state == ContainerState::Running)
+            else {
+                continue;
+            };
+            for kind in crate::prober::ProbeKind::ALL {
+                if let Some(r) = probes.result(&cs.id, kind) {
+                    st.probe_results.insert((name.clone(), kind), r);
+                }
+            }
+        }
+    }
+
+    /// A failed liveness or startup probe of a running instance: its type and probe.
+    fn failed_probe<'c>(
+        &self,
+        c: &'c Container,
+        id: &str,
+    ) -> Option<(
+        crate::prober::ProbeKind,
+        &'c k8s_openapi::api::core::v1::Probe,
+    )> {
+        use crate::prober::{ProbeKind, ProbeResult};
+        let probes = self.probes.as_ref()?;
+        [ProbeKind::Startup, ProbeKind::Liveness]
+            .into_iter()
+            .filter_map(|k| Some((k, k.of(c)?)))
+            .find(|(k, _)| probes.result(id, *k) == Some(ProbeResult::Failure))
     }
 
     /// Keeps termination message files under `dir` (`<root>/pods`).
@@ -590,6 +643,42 @@ impl PodSyncer {
         policy: &str,
         now: Timestamp,
     ) -> Option<Duration> {
+        if let Some(cs) = st.containers.get(&c.name).and_then(|r| r.current.clone())
+            && cs.state == ContainerState::Running
+            && cs.sandbox_id == sandbox.id
+            && let Some((kind, probe)) = self.failed_probe(c, &cs.id)
+        {
+            // The kubelet's restart on a failed liveness or startup probe: kill with
+            // the probe's grace (else the pod's), then restart within the policy.
+            let what = kind.name().to_lowercase();
+            tracing::info!(pod = %full_name(pod), container = %c.name, "container failed its {what} probe; restarting it");
+            self.events.pod(
+                pod,
+                Some(&c.name),
+                NORMAL,
+                "Killing",
+                format!(
+                    "Container {} failed {what} probe, will be restarted",
+                    c.name
+                ),
+            );
+            let grace = probe
+                .termination_grace_period_seconds
+                .or(pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds))
+                .unwrap_or(30)
+                .max(0) as u64;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(grace);
+            self.stop_one(pod, st, runtime, &c.name, &cs.id, deadline)
+                .await;
+            let rec = st.containers.get_mut(&c.name).expect("present above");
+            rec.probe_killed = true;
+            if let Ok(now_status) = runtime.container_status(&cs.id).await {
+                rec.current = Some(now_status);
+            }
+        }
         let rec = st.containers.entry(c.name.clone()).or_default();
         let restarting = match rec.current.as_ref() {
             Some(cs) if cs.state == ContainerState::Running && cs.sandbox_id == sandbox.id => {
@@ -609,7 +698,9 @@ impl PodSyncer {
                 } else {
                     137
                 };
-                if !should_restart(policy, exit_code) {
+                let restart =
+                    should_restart(policy, exit_code) || (rec.probe_killed && policy != "Never");
+                if !restart {
                     rec.waiting = None;
                     return None;
                 }
@@ -680,6 +771,7 @@ impl PodSyncer {
                 rec.current = Some(status);
                 rec.restart_count = attempt;
                 rec.waiting = None;
+                rec.probe_killed = false;
             }
             Err(StartError { waiting, retry }) => {
                 tracing::warn!(pod = %full_name(pod), container = %c.name, reason = %waiting.reason, "{}", waiting.message);

@@ -112,6 +112,9 @@ pub struct SyncLoop {
     terminating: HashMap<String, Pod>,
     statuses: StatusStore,
     events: crate::cluster::events::EventRecorder,
+    /// The probe workers, and the UIDs of pods whose probe results changed.
+    probes: Option<crate::prober::ProbeManager>,
+    probe_updates: Option<mpsc::UnboundedReceiver<String>>,
 }
 
 impl SyncLoop {
@@ -141,7 +144,41 @@ impl SyncLoop {
             terminating: HashMap::new(),
             statuses,
             events: Default::default(),
+            probes: None,
+            probe_updates: None,
         }
+    }
+
+    /// Runs the pods' probes with `probes`; `updates` names the pods whose results
+    /// changed, which are synced.
+    pub fn with_probes(
+        mut self,
+        probes: crate::prober::ProbeManager,
+        updates: mpsc::UnboundedReceiver<String>,
+    ) -> Self {
+        self.probes = Some(probes);
+        self.probe_updates = Some(updates);
+        self
+    }
+
+    /// Hands a pod to its worker to sync, and starts its probes.
+    fn sync(&mut self, pod: Pod) {
+        if let Some(probes) = &self.probes {
+            probes.add_pod(&pod);
+        }
+        self.workers.update(Work::Sync(Box::new(pod)));
+    }
+
+    /// Hands a pod to its worker to stop within `grace`; its probes stop.
+    fn terminate(&mut self, pod: Pod, grace: Duration) {
+        if let Some(probes) = &self.probes {
+            probes.remove_pod(uid(&pod));
+        }
+        self.terminating.insert(uid(&pod).to_owned(), pod.clone());
+        self.workers.update(Work::Terminate {
+            pod: Box::new(pod),
+            grace,
+        });
     }
 
     /// Names the pod sources whose first snapshot housekeeping waits for.
@@ -240,6 +277,7 @@ impl SyncLoop {
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         resync.tick().await;
+        let mut probe_updates = self.probe_updates.take();
         loop {
             self.health.touch();
             tokio::select! {
@@ -255,13 +293,23 @@ impl SyncLoop {
                         self.workers.update(Work::Sync(Box::new(pod.clone())));
                     }
                 }
+                Some(id) = async {
+                    match probe_updates.as_mut() {
+                        Some(rx) => rx.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if let Some(pod) = self.pods.get(&id) {
+                        self.workers.update(Work::Sync(Box::new(pod.clone())));
+                    }
+                }
                 Some(done) = self.done_rx.recv() => {
                     self.workers.finished(&done);
                     self.terminating.remove(&done);
                     if let Some(pod) = self.readd_after_termination.remove(&done) {
                         tracing::info!(pod = %full_name(&pod), "previous instance terminated; starting the pod again");
                         self.pods.insert(done, pod.clone());
-                        self.workers.update(Work::Sync(Box::new(pod)));
+                        self.sync(pod);
                     }
                 }
                 _ = housekeeping.tick() => self.housekeeping(),
@@ -291,11 +339,7 @@ impl SyncLoop {
                     }
                     tracing::info!(pod = %full_name(&pod), uid = %id, source = %update.source, "pod is being deleted");
                     let grace = grace_period(&pod);
-                    self.terminating.insert(id.clone(), pod.clone());
-                    self.workers.update(Work::Terminate {
-                        pod: Box::new(pod),
-                        grace,
-                    });
+                    self.terminate(pod, grace);
                 }
                 PodOp::Add | PodOp::Update | PodOp::Reconcile
                     if is_terminal_in_api(&pod) && !self.workers.contains(&id) =>
@@ -320,7 +364,7 @@ impl SyncLoop {
                         tracing::info!(pod = %full_name(&pod), uid = %id, source = %update.source, "pod added");
                     }
                     self.pods.insert(id, pod.clone());
-                    self.workers.update(Work::Sync(Box::new(pod)));
+                    self.sync(pod);
                 }
                 PodOp::Delete => {
                     tracing::info!(pod = %full_name(&pod), uid = %id, source = %update.source, "pod removed");
@@ -335,11 +379,7 @@ impl SyncLoop {
                     }
                     self.pods.remove(&id);
                     let grace = grace_period(&pod);
-                    self.terminating.insert(id.clone(), pod.clone());
-                    self.workers.update(Work::Terminate {
-                        pod: Box::new(pod),
-                        grace,
-                    });
+                    self.terminate(pod, grace);
                 }
             }
         }

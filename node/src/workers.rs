@@ -185,6 +185,7 @@ async fn run_worker(
         match work {
             Work::Sync(_) => {
                 let outcome = syncer.sync_pod(&pod, &mut st).instrument(span).await;
+                syncer.snapshot_probes(&mut st);
                 let previous = statuses.status(&id);
                 let status = pod_status(&pod, &st, previous.as_ref());
                 if previous.as_ref().and_then(|p| p.phase.as_ref()) != status.phase.as_ref() {

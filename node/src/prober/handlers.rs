@@ -1,0 +1,455 @@
+//! The probe handlers, as the kubelet's prober runs them: `exec` through the runtime,
+//! `httpGet`, `tcpSocket` and `grpc` from the node to the pod's address. Each is
+//! bounded by the probe's `timeoutSeconds` and leaves no task, socket or process
+//! behind when it ends, however it ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt as _;
+use k8s_openapi::api::core::v1::{Container, HTTPGetAction, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use wasmlet_runtime::Runtime;
+
+use super::{Outcome, ProbeResult};
+
+/// The User-Agent of the kubelet's HTTP probes (`kube-probe/<major>.<minor>`).
+pub const USER_AGENT: &str = "kube-probe/1.33";
+/// How much of a response body the HTTP probe reads (the kubelet's 10 KiB).
+const MAX_BODY: usize = 10 << 10;
+/// How many redirects an HTTP probe follows.
+const MAX_REDIRECTS: usize = 10;
+
+/// What a probe is run against.
+pub struct Target<'a> {
+    pub probe: &'a Probe,
+    pub container: &'a Container,
+    /// The container's id in its runtime, for `exec`.
+    pub container_id: &'a str,
+    /// Where `httpGet`, `tcpSocket` and `grpc` connect when the probe names no host.
+    pub pod_ip: &'a str,
+    pub runtime: Option<Arc<dyn Runtime>>,
+    pub timeout: Duration,
+}
+
+/// Runs the probe's handler.
+pub async fn run(t: &Target<'_>) -> Outcome {
+    let p = t.probe;
+    if let Some(exec) = &p.exec {
+        let command = exec.command.clone().unwrap_or_default();
+        let Some(runtime) = &t.runtime else {
+            return Outcome::unknown("no runtime for the exec probe");
+        };
+        return exec_probe(&**runtime, t.container_id, &command, t.timeout).await;
+    }
+    if let Some(http) = &p.http_get {
+        return match port(&http.port, t.container) {
+            Ok(port) => http_probe(http, t.pod_ip, port, t.timeout).await,
+            Err(e) => Outcome::unknown(e),
+        };
+    }
+    if let Some(tcp) = &p.tcp_socket {
+        let host = tcp
+            .host
+            .as_deref()
+            .filter(|h| !h.is_empty())
+            .unwrap_or(t.pod_ip);
+        return match port(&tcp.port, t.container) {
+            Ok(port) => tcp_probe(host, port, t.timeout).await,
+            Err(e) => Outcome::unknown(e),
+        };
+    }
+    if let Some(grpc) = &p.grpc {
+        let service = grpc.service.clone().unwrap_or_default();
+        return grpc_probe(t.pod_ip, grpc.port, &service, t.timeout).await;
+    }
+    Outcome::unknown("the probe has no handler (exec, httpGet, tcpSocket, grpc)")
+}
+
+/// A numbered port, or a named container port.
+pub fn port(port: &IntOrString, c: &Container) -> Result<u16, String> {
+    let n = match port {
+        IntOrString::Int(p) => *p,
+        IntOrString::String(name) => match name.parse::<i32>() {
+            Ok(p) => p,
+            Err(_) => c
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref() == Some(name.as_str()))
+                .map(|p| p.container_port)
+                .ok_or_else(|| format!("no container port named {name:?}"))?,
+        },
+    };
+    u16::try_from(n)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("invalid port number: {n}"))
+}
+
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+async fn exec_probe(
+    runtime: &dyn Runtime,
+    container_id: &str,
+    command: &[String],
+    timeout: Duration,
+) -> Outcome {
+    let run = runtime.exec_sync(container_id, command, timeout);
+    // The runtime enforces the timeout; this bound is for a runtime that does not.
+    match tokio::time::timeout(timeout + Duration::from_secs(1), run).await {
+        Err(_) => Outcome::failure(format!("command {command:?} timed out after {timeout:?}")),
+        Ok(Err(e)) if is_timeout(&e) => Outcome::failure(format!(
+            "command {command:?} timed out after {timeout:?}: {e}"
+        )),
+        Ok(Err(e)) => Outcome::unknown(format!("exec {command:?}: {e}")),
+        Ok(Ok(r)) => {
+            let mut output = String::from_utf8_lossy(&r.stdout).into_owned();
+            output.push_str(&String::from_utf8_lossy(&r.stderr));
+            if r.exit_code == 0 {
+                Outcome::success(output)
+            } else {
+                Outcome::failure(if output.trim().is_empty() {
+                    format!("command {command:?} exited with {}", r.exit_code)
+                } else {
+                    output
+                })
+            }
+        }
+    }
+}
+
+fn is_timeout(e: &wasmlet_runtime::Error) -> bool {
+    let text = e.to_string().to_lowercase();
+    text.contains("deadline") || text.contains("timed out") || text.contains("timeout")
+}
+
+async fn tcp_probe(host: &str, port: u16, timeout: Duration) -> Outcome {
+    let addr = host_port(host, port);
+    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&addr)).await {
+        Ok(Ok(stream)) => {
+            drop(stream);
+            Outcome::success(String::new())
+        }
+        Ok(Err(e)) => Outcome::failure(format!("dial tcp {addr}: {e}")),
+        Err(_) => Outcome::failure(format!("dial tcp {addr}: i/o timeout")),
+    }
+}
+
+/// Aborts a spawned task when dropped, so a probe that times out leaves nothing.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn http_probe(http: &HTTPGetAction, pod_ip: &str, port: u16, timeout: Duration) -> Outcome {
+    let scheme = http.scheme.as_deref().unwrap_or("HTTP").to_lowercase();
+    let host = http
+        .host
+        .clone()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| pod_ip.to_owned());
+    let mut path = http.path.clone().unwrap_or_default();
+    if !path.starts_with('/') {
+        path.insert(0, '/');
+    }
+    let url = format!("{scheme}://{}{path}", host_port(&host, port));
+    let mut headers: Vec<(String, String)> = vec![
+        ("User-Agent".into(), USER_AGENT.into()),
+        ("Accept".into(), "*/*".into()),
+    ];
+    for h in http.http_headers.iter().flatten() {
+        // A header the probe sets replaces the default of that name.
+        headers.retain(|(k, _)| !k.eq_ignore_ascii_case(&h.name));
+        headers.push((h.name.clone(), h.value.clone()));
+    }
+    match tokio::time::timeout(timeout, http_get(&url, &headers)).await {
+        Err(_) => Outcome::failure(format!(
+            "Get \"{url}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+        )),
+        Ok(Err(e)) => Outcome::failure(format!("Get \"{url}\": {e}")),
+        Ok(Ok((status, body, redirected_away))) => {
+            if (200..400).contains(&status) {
+                if status >= 300 || redirected_away {
+                    Outcome::warning(format!("Probe terminated redirects, Response body: {body}"))
+                } else {
+                    Outcome::success(body)
+                }
+            } else {
+                Outcome::failure(format!("HTTP probe failed with statuscode: {status}"))
+            }
+        }
+    }
+}
+
+/// GETs `url`, following redirects on the same host (at most 10). Returns the last
+/// status, the start of its body and whether a redirect to another host was not
+/// followed.
+async fn http_get(url: &str, headers: &[(String, String)]) -> Result<(u16, String, bool), String> {
+    let first: hyper::Uri = url.parse().map_err(|e| format!("{e}"))?;
+    let origin_host = first.host().unwrap_or("").to_owned();
+    let mut uri = first;
+    for _ in 0..=MAX_REDIRECTS {
+        let (status, location, body) = get_once(&uri, headers).await?;
+        let Some(location) = location.filter(|_| (300..400).contains(&status)) else {
+            return Ok((status, body, false));
+        };
+        let next = resolve(&uri, &location)?;
+        if next.host().unwrap_or("") != origin_host {
+            return Ok((status, body, true));
+        }
+        uri = next;
+    }
+    Err(format!("stopped after {MAX_REDIRECTS} redirects"))
+}
+
+fn resolve(base: &hyper::Uri, location: &str) -> Result<hyper::Uri, String> {
+    let parsed: hyper::Uri = location.parse().map_err(|e| format!("bad Location: {e}"))?;
+    if parsed.scheme().is_some() {
+        return Ok(parsed);
+    }
+    let mut parts = base.clone().into_parts();
+    let path = if location.starts_with('/') {
+        location.to_owned()
+    } else {
+        let dir = base.path().rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        format!("{dir}/{location}")
+    };
+    parts.path_and_query = Some(path.parse().map_err(|e| format!("bad Location: {e}"))?);
+    hyper::Uri::from_parts(parts).map_err(|e| format!("bad Location: {e}"))
+}
+
+type Response = (u16, Option<String>, String);
+
+async fn get_once(uri: &hyper::Uri, headers: &[(String, String)]) -> Result<Response, String> {
+    let host = uri
+        .host()
+        .ok_or("no host")?
+        .trim_matches(['[', ']'])
+        .to_owned();
+    let https = uri.scheme_str() == Some("https");
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|e| format!("dial tcp {}: {e}", host_port(&host, port)))?;
+    let mut req = hyper::Request::get(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
+    let authority = uri
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .unwrap_or_default();
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req = req.header("Host", authority);
+    }
+    for (k, v) in headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let req = req
+        .header("Connection", "close")
+        .body(http_body_util::Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    if https {
+        let tls = tls_connector()
+            .connect(server_name(&host)?, tcp)
+            .await
+            .map_err(|e| format!("tls: {e}"))?;
+        send(hyper_util::rt::TokioIo::new(tls), req).await
+    } else {
+        send(hyper_util::rt::TokioIo::new(tcp), req).await
+    }
+}
+
+async fn send<T>(
+    io: T,
+    req: hyper::Request<http_body_util::Empty<Bytes>>,
+) -> Result<Response, String>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| e.to_string())?;
+    let _conn = AbortOnDrop(tokio::spawn(async move {
+        let _ = conn.await;
+    }));
+    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let location = resp
+        .headers()
+        .get(hyper::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let mut body = Vec::new();
+    let mut stream = resp.into_body();
+    while body.len() < MAX_BODY {
+        match stream.frame().await {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    body.extend_from_slice(data);
+                }
+            }
+            _ => break,
+        }
+    }
+    body.truncate(MAX_BODY);
+    Ok((
+        status,
+        location,
+        String::from_utf8_lossy(&body).into_owned(),
+    ))
+}
+
+fn server_name(host: &str) -> Result<rustls::pki_types::ServerName<'static>, String> {
+    rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| format!("tls: {e}"))
+}
+
+/// The kubelet does not verify the certificates of HTTPS probes; neither does this.
+fn tls_connector() -> tokio_rustls::TlsConnector {
+    #[derive(Debug)]
+    struct AnyCertificate(rustls::crypto::CryptoProvider);
+    impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+        fn verify_server_cert(
+            &self,
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &[rustls::pki_types::CertificateDer<'_>],
+            _: &rustls::pki_types::ServerName<'_>,
+            _: &[u8],
+            _: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls::pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls::pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+    let provider = rustls::crypto::ring::default_provider();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(provider.clone()))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+async fn grpc_probe(host: &str, port: i32, service: &str, timeout: Duration) -> Outcome {
+    use wasmlet_proto::grpc::health::v1::{
+        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+    };
+    let addr = format!("http://{}", host_port(host, port.clamp(0, 65535) as u16));
+    let check = async {
+        let channel = match tonic::transport::Endpoint::from_shared(addr.clone()) {
+            Ok(e) => e.connect_timeout(timeout).connect().await,
+            Err(e) => return Err((false, e.to_string())),
+        }
+        .map_err(|_| {
+            (
+                false,
+                format!("timeout: failed to connect service {addr:?} within {timeout:?}"),
+            )
+        })?;
+        let mut client = HealthClient::new(channel);
+        let request = HealthCheckRequest {
+            service: service.to_owned(),
+        };
+        client
+            .check(request)
+            .await
+            .map(|r| r.into_inner().status)
+            .map_err(|s| {
+                (
+                    true,
+                    format!("rpc error: code = {:?} desc = {}", s.code(), s.message()),
+                )
+            })
+    };
+    match tokio::time::timeout(timeout, check).await {
+        Err(_) => Outcome::failure(format!(
+            "timeout: health rpc did not complete within {timeout:?}"
+        )),
+        Ok(Err((_, message))) => Outcome::failure(message),
+        Ok(Ok(status)) => {
+            let status = ServingStatus::try_from(status).unwrap_or(ServingStatus::Unknown);
+            if status == ServingStatus::Serving {
+                Outcome::success(String::new())
+            } else {
+                Outcome::failure(format!(
+                    "service unhealthy (responded with {:?})",
+                    status.as_str_name()
+                ))
+            }
+        }
+    }
+}
+
+impl Outcome {
+    pub fn success(output: impl Into<String>) -> Self {
+        Outcome {
+            result: ProbeResult::Success,
+            output: output.into(),
+            warning: false,
+        }
+    }
+
+    /// A success the kubelet reports with a warning (a redirect it did not follow).
+    pub fn warning(output: impl Into<String>) -> Self {
+        Outcome {
+            result: ProbeResult::Success,
+            output: output.into(),
+            warning: true,
+        }
+    }
+
+    pub fn failure(output: impl Into<String>) -> Self {
+        Outcome {
+            result: ProbeResult::Failure,
+            output: output.into(),
+            warning: false,
+        }
+    }
+
+    /// The probe could not be run (a missing named port, a runtime error): counted,
+    /// but it changes nothing.
+    pub fn unknown(output: impl Into<String>) -> Self {
+        Outcome {
+            result: ProbeResult::Unknown,
+            output: output.into(),
+            warning: false,
+        }
+    }
+}
