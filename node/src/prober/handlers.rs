@@ -453,3 +453,351 @@ impl Outcome {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use k8s_openapi::api::core::v1::{HTTPHeader, TCPSocketAction};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A tiny HTTP server: answers each request with `respond(request head)`; `None`
+    /// keeps the connection open without answering. Records the request heads and
+    /// whether each connection was closed by the client.
+    struct Server {
+        port: u16,
+        heads: Arc<Mutex<Vec<String>>>,
+        closed: Arc<Mutex<usize>>,
+    }
+
+    async fn server(respond: fn(&str) -> Option<String>) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let heads: Arc<Mutex<Vec<String>>> = Arc::default();
+        let closed: Arc<Mutex<usize>> = Arc::default();
+        let (h, c) = (heads.clone(), closed.clone());
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let (h, c) = (h.clone(), c.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 8192];
+                    let mut head = String::new();
+                    while !head.contains("\r\n\r\n") {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => {
+                                *c.lock().unwrap() += 1;
+                                return;
+                            }
+                            Ok(n) => head.push_str(&String::from_utf8_lossy(&buf[..n])),
+                        }
+                    }
+                    h.lock().unwrap().push(head.clone());
+                    match respond(&head) {
+                        Some(r) => {
+                            let _ = s.write_all(r.as_bytes()).await;
+                        }
+                        None => {
+                            // Hang until the client goes away.
+                            while let Ok(n) = s.read(&mut buf).await {
+                                if n == 0 {
+                                    break;
+                                }
+                            }
+                            *c.lock().unwrap() += 1;
+                        }
+                    }
+                });
+            }
+        });
+        Server {
+            port,
+            heads,
+            closed,
+        }
+    }
+
+    fn reply(status: &str, extra: &str, body: &str) -> String {
+        format!(
+            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
+            body.len()
+        )
+    }
+
+    fn path_of(head: &str) -> &str {
+        head.split(' ').nth(1).unwrap_or("")
+    }
+
+    fn http(path: &str, port: u16, headers: &[(&str, &str)]) -> HTTPGetAction {
+        HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::Int(port.into()),
+            http_headers: Some(
+                headers
+                    .iter()
+                    .map(|(n, v)| HTTPHeader {
+                        name: (*n).into(),
+                        value: (*v).into(),
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    async fn routes() -> Server {
+        server(|head| match path_of(head) {
+            "/ok" => Some(reply("200 OK", "", "fine")),
+            "/missing" => Some(reply("404 Not Found", "", "")),
+            "/here" => Some(reply("302 Found", "Location: /ok\r\n", "")),
+            "/away" => Some(reply(
+                "302 Found",
+                "Location: http://elsewhere.invalid:9/\r\n",
+                "",
+            )),
+            "/loop" => Some(reply("302 Found", "Location: /loop\r\n", "")),
+            "/big" => Some(reply("200 OK", "", &"x".repeat(100_000))),
+            _ => None,
+        })
+        .await
+    }
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[tokio::test]
+    async fn http_probes_follow_the_kubelets_rules() {
+        let s = routes().await;
+        let probe = |path: &str| http(path, s.port, &[]);
+        let ok = http_probe(&probe("/ok"), "127.0.0.1", s.port, SECOND).await;
+        assert_eq!(
+            (ok.result, ok.output.as_str(), ok.warning),
+            (ProbeResult::Success, "fine", false)
+        );
+        let missing = http_probe(&probe("/missing"), "127.0.0.1", s.port, SECOND).await;
+        assert_eq!(
+            missing,
+            Outcome::failure("HTTP probe failed with statuscode: 404")
+        );
+        // A redirect on the same host is followed; one to another host is not, and is
+        // a success with a warning.
+        let here = http_probe(&probe("/here"), "127.0.0.1", s.port, SECOND).await;
+        assert_eq!((here.result, here.warning), (ProbeResult::Success, false));
+        let away = http_probe(&probe("/away"), "127.0.0.1", s.port, SECOND).await;
+        assert_eq!((away.result, away.warning), (ProbeResult::Success, true));
+        assert!(
+            away.output.starts_with("Probe terminated redirects"),
+            "{away:?}"
+        );
+        let looping = http_probe(&probe("/loop"), "127.0.0.1", s.port, SECOND).await;
+        assert_eq!(looping.result, ProbeResult::Failure);
+        assert!(
+            looping.output.contains("stopped after 10 redirects"),
+            "{looping:?}"
+        );
+        let big = http_probe(&probe("/big"), "127.0.0.1", s.port, SECOND).await;
+        assert_eq!(
+            (big.result, big.output.len()),
+            (ProbeResult::Success, MAX_BODY)
+        );
+        let paths: Vec<String> = s
+            .heads
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|h| path_of(h).to_owned())
+            .collect();
+        assert!(
+            paths.contains(&"/ok".to_owned()) && !paths.iter().any(|p| p == "/"),
+            "{paths:?}"
+        );
+        assert_eq!(paths.iter().filter(|p| *p == "/loop").count(), 11);
+    }
+
+    #[tokio::test]
+    async fn http_probes_send_the_kubelets_headers_and_the_probes_own() {
+        let s = routes().await;
+        let p = http(
+            "/ok",
+            s.port,
+            &[("X-Custom", "yes"), ("Host", "example.test")],
+        );
+        assert_eq!(
+            http_probe(&p, "127.0.0.1", s.port, SECOND).await.result,
+            ProbeResult::Success
+        );
+        let head = s.heads.lock().unwrap()[0].to_lowercase();
+        assert!(head.contains("user-agent: kube-probe/1.33"), "{head}");
+        assert!(head.contains("accept: */*"), "{head}");
+        assert!(head.contains("x-custom: yes"), "{head}");
+        assert!(
+            head.contains("host: example.test") && !head.contains("host: 127.0.0.1"),
+            "{head}"
+        );
+        let p = http("/ok", s.port, &[("User-Agent", "mine")]);
+        http_probe(&p, "127.0.0.1", s.port, SECOND).await;
+        let head = s.heads.lock().unwrap()[1].to_lowercase();
+        assert!(
+            head.contains("user-agent: mine") && !head.contains("kube-probe"),
+            "{head}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_hung_http_probe_fails_at_its_timeout_and_closes_its_connection() {
+        let s = routes().await;
+        let began = std::time::Instant::now();
+        let out = http_probe(
+            &http("/hang", s.port, &[]),
+            "127.0.0.1",
+            s.port,
+            Duration::from_millis(300),
+        )
+        .await;
+        let took = began.elapsed();
+        assert_eq!(out.result, ProbeResult::Failure);
+        assert!(out.output.contains("context deadline exceeded"), "{out:?}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        // The probe's connection is closed, not left open (no leaked socket or task).
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while *s.closed.lock().unwrap() == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the connection stayed open"
+            );
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn tcp_probes_connect_and_close() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert_eq!(
+            tcp_probe("127.0.0.1", port, SECOND).await.result,
+            ProbeResult::Success
+        );
+        drop(listener);
+        let refused = tcp_probe("127.0.0.1", port, SECOND).await;
+        assert_eq!(refused.result, ProbeResult::Failure);
+        assert!(refused.output.contains("refused"), "{refused:?}");
+    }
+
+    #[test]
+    fn ports_are_numbers_or_container_port_names() {
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "c", "ports": [{"name": "http", "containerPort": 8080}],
+        }))
+        .unwrap();
+        assert_eq!(port(&IntOrString::Int(80), &c), Ok(80));
+        assert_eq!(port(&IntOrString::String("http".into()), &c), Ok(8080));
+        assert_eq!(port(&IntOrString::String("81".into()), &c), Ok(81));
+        assert!(
+            port(&IntOrString::String("grpc".into()), &c)
+                .unwrap_err()
+                .contains("no container port named")
+        );
+        assert!(port(&IntOrString::Int(0), &c).is_err());
+        assert!(port(&IntOrString::Int(70000), &c).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_probe_with_an_unknown_port_name_is_unknown_not_failed() {
+        let c = Container::default();
+        let probe = Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::String("nope".into()),
+                host: None,
+            }),
+            ..Default::default()
+        };
+        let t = Target {
+            probe: &probe,
+            container: &c,
+            container_id: "id",
+            pod_ip: "127.0.0.1",
+            runtime: None,
+            timeout: SECOND,
+        };
+        assert_eq!(run(&t).await.result, ProbeResult::Unknown);
+    }
+
+    struct Health;
+
+    #[tonic::async_trait]
+    impl wasmlet_proto::grpc::health::v1::health_server::Health for Health {
+        async fn check(
+            &self,
+            request: tonic::Request<wasmlet_proto::grpc::health::v1::HealthCheckRequest>,
+        ) -> Result<
+            tonic::Response<wasmlet_proto::grpc::health::v1::HealthCheckResponse>,
+            tonic::Status,
+        > {
+            use wasmlet_proto::grpc::health::v1::health_check_response::ServingStatus;
+            let status = match request.into_inner().service.as_str() {
+                "" => ServingStatus::Serving,
+                "db" => ServingStatus::NotServing,
+                _ => return Err(tonic::Status::not_found("unknown service")),
+            };
+            Ok(tonic::Response::new(
+                wasmlet_proto::grpc::health::v1::HealthCheckResponse {
+                    status: status as i32,
+                },
+            ))
+        }
+
+        type WatchStream = futures::stream::Empty<
+            Result<wasmlet_proto::grpc::health::v1::HealthCheckResponse, tonic::Status>,
+        >;
+
+        async fn watch(
+            &self,
+            _: tonic::Request<wasmlet_proto::grpc::health::v1::HealthCheckRequest>,
+        ) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
+            Err(tonic::Status::unimplemented("watch"))
+        }
+    }
+
+    #[tokio::test]
+    async fn grpc_probes_call_the_health_service() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = i32::from(listener.local_addr().unwrap().port());
+        let incoming = tokio_stream_of(listener);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(
+                    wasmlet_proto::grpc::health::v1::health_server::HealthServer::new(Health),
+                )
+                .serve_with_incoming(incoming),
+        );
+        let serving = grpc_probe("127.0.0.1", port, "", SECOND).await;
+        assert_eq!(serving.result, ProbeResult::Success, "{serving:?}");
+        let down = grpc_probe("127.0.0.1", port, "db", SECOND).await;
+        assert_eq!(
+            down,
+            Outcome::failure("service unhealthy (responded with \"NOT_SERVING\")")
+        );
+        let unknown = grpc_probe("127.0.0.1", port, "other", SECOND).await;
+        assert_eq!(unknown.result, ProbeResult::Failure);
+        assert!(unknown.output.contains("NotFound"), "{unknown:?}");
+        let free = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let nobody = i32::from(free.local_addr().unwrap().port());
+        drop(free);
+        let refused = grpc_probe("127.0.0.1", nobody, "", SECOND).await;
+        assert_eq!(refused.result, ProbeResult::Failure);
+        assert!(refused.output.contains("failed to connect"), "{refused:?}");
+    }
+
+    /// A listener as the stream of connections tonic serves.
+    fn tokio_stream_of(
+        listener: TcpListener,
+    ) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+        futures::stream::unfold(listener, |l| async move {
+            let conn = l.accept().await.map(|(s, _)| s);
+            Some((conn, l))
+        })
+    }
+}
