@@ -1,8 +1,9 @@
 //! Lifecycle hooks (`postStart`, `preStop`): `exec`, `httpGet` and `sleep` handlers,
 //! run as the kubelet's handler runner runs them.
 //!
-//! - `exec` runs in the container through the runtime (`ExecSync`); the native Wasm
-//!   runtime has no exec, so an exec hook on a Wasm container fails with that reason.
+//! - `exec` runs in the container through the runtime (`ExecSync`); in a Wasm
+//!   container it runs a new instance of the container's own program with the
+//!   command as its arguments (docs/decisions.md, "Exec").
 //! - `httpGet` sends a GET to `host` (default: the pod's IP) and `port` (a number or
 //!   a named container port); a transport error or a status outside 200–399 fails.
 //! - `sleep` waits the given seconds.

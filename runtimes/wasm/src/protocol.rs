@@ -3,7 +3,8 @@
 //! The sandbox listens on a unix socket of its own; the node connects and writes one
 //! JSON [`Request`] per line; the sandbox writes one JSON [`Message`] per line: a
 //! [`Message::Reply`] to each request, in any order, and [`Message::Started`] /
-//! [`Message::Exited`] as containers start and exit.
+//! [`Message::Exited`] as containers start and exit. An exec ([`Op::Exec`]) is answered
+//! by its reply alone (`exec`): it is no container and is never listed.
 //!
 //! A sandbox outlives the connection, as a containerd shim outlives containerd: when
 //! the node dies, its pods keep running, and the node's next run connects again,
@@ -43,6 +44,14 @@ pub enum Op {
     },
     /// Forget a container that is not running.
     Remove { container_id: String },
+    /// Run a new instance of a running container's program with `argv` (program name
+    /// first) and wait for it; the reply's `exec` carries its exit code and output.
+    /// `timeout_ms` 0 means no timeout (as CRI's ExecSync).
+    Exec {
+        container_id: String,
+        argv: Vec<String>,
+        timeout_ms: u64,
+    },
     /// Report every container's state (the reply's `containers`).
     List,
     /// Stop every container, reply, and exit.
@@ -80,14 +89,20 @@ pub struct Preopen {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Message {
-    /// The answer to request `id`: `error` is set when it failed.
+    /// The answer to request `id`: `error` is set when it failed, and `error_kind`
+    /// when the failure is one the node reports as more than an internal error.
     Reply {
         id: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_kind: Option<ErrorKind>,
         /// The answer to [`Op::List`].
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         containers: Vec<ContainerReport>,
+        /// The answer to [`Op::Exec`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exec: Option<ExecOutput>,
     },
     /// A container started running guest code.
     Started { container_id: String, at: Timestamp },
@@ -97,6 +112,49 @@ pub enum Message {
         at: Timestamp,
         exit: Exit,
     },
+}
+
+/// What kind of failure a reply's `error` is (a failure without one is internal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The container is not in a state that allows the request.
+    #[error("failed precondition")]
+    FailedPrecondition,
+    /// The request itself is malformed.
+    #[error("invalid argument")]
+    InvalidArgument,
+    /// The request's own timeout passed (an exec's).
+    #[error("deadline exceeded")]
+    DeadlineExceeded,
+}
+
+/// How an exec ended: its exit code (mapped as a container's) and its captured output,
+/// each stream cut at [`EXEC_OUTPUT_LIMIT`] bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecOutput {
+    pub exit_code: i32,
+    #[serde(default, with = "hex_bytes")]
+    pub stdout: Vec<u8>,
+    #[serde(default, with = "hex_bytes")]
+    pub stderr: Vec<u8>,
+}
+
+/// The most of each of an exec's output streams that is kept; the rest is dropped.
+pub const EXEC_OUTPUT_LIMIT: usize = 16 * 1024;
+
+/// Bytes as a hex string: half the size of JSON's array of numbers, and readable.
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        hex::decode(text).map_err(serde::de::Error::custom)
+    }
 }
 
 /// Where a container is, as the sandbox knows it.
@@ -145,3 +203,52 @@ impl Exit {
 pub const TRAP_EXIT_CODE: i32 = 134;
 /// The exit code given to a guest that was killed (as by SIGKILL).
 pub const KILLED_EXIT_CODE: i32 = 137;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_without_the_exec_fields_still_parses() {
+        let old = r#"{"type":"reply","id":7,"error":"boom"}"#;
+        assert_eq!(
+            serde_json::from_str::<Message>(old).unwrap(),
+            Message::Reply {
+                id: 7,
+                error: Some("boom".into()),
+                error_kind: None,
+                containers: Vec::new(),
+                exec: None,
+            }
+        );
+    }
+
+    #[test]
+    fn an_exec_reply_carries_its_output_as_hex() {
+        let reply = Message::Reply {
+            id: 1,
+            error: None,
+            error_kind: None,
+            containers: Vec::new(),
+            exec: Some(ExecOutput {
+                exit_code: 3,
+                stdout: b"ok\n".to_vec(),
+                stderr: vec![0xff],
+            }),
+        };
+        let line = serde_json::to_string(&reply).unwrap();
+        assert_eq!(
+            line,
+            r#"{"type":"reply","id":1,"exec":{"exit_code":3,"stdout":"6f6b0a","stderr":"ff"}}"#
+        );
+        assert_eq!(serde_json::from_str::<Message>(&line).unwrap(), reply);
+        let refused = r#"{"type":"reply","id":2,"error":"late","error_kind":"deadline_exceeded"}"#;
+        assert!(matches!(
+            serde_json::from_str::<Message>(refused).unwrap(),
+            Message::Reply {
+                error_kind: Some(ErrorKind::DeadlineExceeded),
+                ..
+            }
+        ));
+    }
+}

@@ -26,14 +26,14 @@ use tokio::process::Command;
 use tokio::sync::{broadcast, oneshot, watch};
 use wasmlet_runtime::{
     Container, ContainerConfig, ContainerEventKind, ContainerState, ContainerStatus, Error,
-    FilesystemUsage, Image, PodSandbox, PodSandboxConfig, PodSandboxStatus, Result, Runtime,
-    RuntimeEvent, RuntimeStatus, RuntimeVersion, SandboxState,
+    ExecResult, FilesystemUsage, Image, PodSandbox, PodSandboxConfig, PodSandboxStatus, Result,
+    Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion, SandboxState,
 };
 
 use crate::image::{ImageError, ImageStore, StoredImage};
 use crate::protocol::{
-    ContainerReport, ContainerSpec, Exit, KILLED_EXIT_CODE, Message, Op, Preopen, ReportState,
-    Request,
+    ContainerReport, ContainerSpec, ErrorKind, ExecOutput, Exit, KILLED_EXIT_CODE, Message, Op,
+    Preopen, ReportState, Request,
 };
 
 /// The RuntimeClass handler name that selects this runtime.
@@ -75,8 +75,33 @@ struct Inner {
     events: broadcast::Sender<RuntimeEvent>,
 }
 
-/// A reply: the containers' states for `List`, or the sandbox's error.
-type Reply = std::result::Result<Vec<ContainerReport>, String>;
+/// A reply: what the sandbox answered, or its error.
+type Reply = std::result::Result<Answer, Refused>;
+
+/// A sandbox's answer: the containers' states for `List`, the outcome of an `Exec`.
+#[derive(Default)]
+struct Answer {
+    containers: Vec<ContainerReport>,
+    exec: Option<ExecOutput>,
+}
+
+/// A sandbox's error reply.
+struct Refused {
+    kind: Option<ErrorKind>,
+    message: String,
+}
+
+impl Refused {
+    /// The error for a caller that has nothing to add. A deadline is the request's own
+    /// (an exec's), which only its caller can name.
+    fn into_error(self) -> Error {
+        match self.kind {
+            Some(ErrorKind::FailedPrecondition) => Error::FailedPrecondition(self.message),
+            Some(ErrorKind::InvalidArgument) => Error::InvalidArgument(self.message),
+            Some(ErrorKind::DeadlineExceeded) | None => Error::Internal(self.message),
+        }
+    }
+}
 
 struct SandboxHandle {
     id: String,
@@ -174,10 +199,19 @@ impl WasmRuntime {
             Message::Reply {
                 id,
                 error,
+                error_kind,
                 containers,
+                exec,
             } => {
                 if let Some(tx) = sandbox.pending.lock().unwrap().remove(&id) {
-                    let _ = tx.send(error.map_or(Ok(containers), Err));
+                    let reply = match error {
+                        None => Ok(Answer { containers, exec }),
+                        Some(message) => Err(Refused {
+                            kind: error_kind,
+                            message,
+                        }),
+                    };
+                    let _ = tx.send(reply);
                 }
             }
             Message::Started { container_id, at } => {
@@ -222,7 +256,10 @@ impl WasmRuntime {
     /// Called once the sandbox process is gone: whatever still ran in it has died.
     fn on_sandbox_exit(&self, sandbox: &SandboxHandle, how: String) {
         for (_, tx) in sandbox.pending.lock().unwrap().drain() {
-            let _ = tx.send(Err(format!("sandbox process exited ({how})")));
+            let _ = tx.send(Err(Refused {
+                kind: None,
+                message: format!("sandbox process exited ({how})"),
+            }));
         }
         let victims: Vec<String> = self
             .inner
@@ -247,12 +284,15 @@ impl WasmRuntime {
         }
     }
 
-    async fn call(
-        &self,
-        sandbox: &SandboxHandle,
-        op: Op,
-        timeout: Duration,
-    ) -> Result<Vec<ContainerReport>> {
+    /// Sends `op` and waits up to `timeout` for the answer; an error reply is an error.
+    async fn call(&self, sandbox: &SandboxHandle, op: Op, timeout: Duration) -> Result<Answer> {
+        self.request(sandbox, op, timeout)
+            .await?
+            .map_err(Refused::into_error)
+    }
+
+    /// Sends `op` and waits up to `timeout` for the reply, which may be an error.
+    async fn request(&self, sandbox: &SandboxHandle, op: Op, timeout: Duration) -> Result<Reply> {
         let id = sandbox.next_request.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         sandbox.pending.lock().unwrap().insert(id, tx);
@@ -273,8 +313,7 @@ impl WasmRuntime {
             }
         }
         match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(Ok(reports))) => Ok(reports),
-            Ok(Ok(Err(message))) => Err(Error::Internal(message)),
+            Ok(Ok(reply)) => Ok(reply),
             Ok(Err(_)) => Err(Error::Unavailable(format!(
                 "sandbox {} went away",
                 sandbox.id
@@ -421,7 +460,7 @@ impl WasmRuntime {
         self.attach(handle.clone(), read, None, exited_tx);
         // A live sandbox answers at once; restores run before the node serves anything.
         let reports = match self.call(&handle, Op::List, RESTORE_TIMEOUT).await {
-            Ok(reports) => reports,
+            Ok(answer) => answer.containers,
             Err(e) => {
                 // A sandbox that does not answer is ended, and reported not ready (its
                 // connection closes) for the node to replace; its record stays until then.
@@ -1049,6 +1088,62 @@ impl Runtime for WasmRuntime {
             .remove(image)
             .map(drop)
             .map_err(|e| image_error(image, e))
+    }
+
+    /// Runs `command` as a new instance of the container's own program in its sandbox
+    /// (see [`crate::sandbox`]). A zero `timeout` means none, as in CRI.
+    async fn exec_sync(
+        &self,
+        container_id: &str,
+        command: &[String],
+        timeout: Duration,
+    ) -> Result<ExecResult> {
+        let c = self.container(container_id)?;
+        if c.state != ContainerState::Running {
+            return Err(Error::FailedPrecondition(format!(
+                "container {container_id} is not running ({:?}): cannot exec in it",
+                c.state
+            )));
+        }
+        if command.is_empty() {
+            return Err(Error::InvalidArgument("an exec needs a command".into()));
+        }
+        let sandbox = self.sandbox(&c.sandbox_id)?;
+        let op = Op::Exec {
+            container_id: container_id.to_owned(),
+            argv: command.to_vec(),
+            // 0 is "none": a timeout under a millisecond is one millisecond.
+            timeout_ms: match u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX) {
+                0 if !timeout.is_zero() => 1,
+                ms => ms,
+            },
+        };
+        let wait = if timeout.is_zero() {
+            Duration::MAX
+        } else {
+            timeout.saturating_add(REQUEST_TIMEOUT)
+        };
+        match self.request(&sandbox, op, wait).await? {
+            Ok(Answer {
+                exec: Some(out), ..
+            }) => Ok(ExecResult {
+                exit_code: out.exit_code,
+                stdout: out.stdout,
+                stderr: out.stderr,
+            }),
+            Ok(_) => Err(Error::Internal(format!(
+                "sandbox {}: an exec reply without its outcome",
+                sandbox.id
+            ))),
+            Err(Refused {
+                kind: Some(ErrorKind::DeadlineExceeded),
+                ..
+            }) => Err(Error::Timeout {
+                operation: "exec_sync",
+                after: timeout,
+            }),
+            Err(refused) => Err(refused.into_error()),
+        }
     }
 
     fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent> {

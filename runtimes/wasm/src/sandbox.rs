@@ -12,6 +12,19 @@
 //! process. A guest that traps ends its own container; one that brings
 //! the process down (the kernel's OOM killer, a crash in the host) ends this pod's
 //! sandbox only — the node sees the connection close and reports it.
+//!
+//! An exec ([`Op::Exec`]: exec probes, exec lifecycle hooks) runs a *new instance* of
+//! a running container's own program — the module or component its image holds, already
+//! linked when the container was created — in this process, with the exec's command as
+//! `argv` (`command[0]` is `argv[0]`), the container's environment, its preopened
+//! directories with the same permissions, and the same network grants. The instance has
+//! a store of its own with the container's memory limit, its stdout and stderr are
+//! captured (the first [`EXEC_OUTPUT_LIMIT`] bytes of each; the rest is dropped) and sent
+//! back with its exit code, mapped as a container's is. It is no container: it is never
+//! listed and sends no `Started`/`Exited`. At its timeout, when the container ends, or
+//! when the node's connection closes, it is dropped at its next epoch tick as a stop
+//! cancels a guest; it never sees the stop signal (as an exec'd process does not get the
+//! SIGTERM sent to a container's first process).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -35,10 +48,10 @@ use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, Wasi
 use crate::crilog::{CriLog, Stream};
 use crate::engine::{self, Compiled};
 use crate::protocol::{
-    ContainerReport, ContainerSpec, Exit, KILLED_EXIT_CODE, Message, Op, ReportState, Request,
-    TRAP_EXIT_CODE,
+    ContainerReport, ContainerSpec, EXEC_OUTPUT_LIMIT, ErrorKind, ExecOutput, Exit,
+    KILLED_EXIT_CODE, Message, Op, ReportState, Request, TRAP_EXIT_CODE,
 };
-use crate::stdio::CriOutput;
+use crate::stdio::{Capture, GuestOutput};
 
 /// How often the engine's epoch advances; the granularity of cancellation.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -113,11 +126,14 @@ struct Linkers {
 enum Slot {
     Created(Box<Prepared>),
     Running {
+        /// Cancelled to stop the guest, and once it has ended, so its execs end with it.
         cancel: CancellationToken,
         /// Raised by a stop; `Some` when the guest observes it.
         stop: Option<Arc<AtomicBool>>,
         exited: watch::Receiver<bool>,
         started_at: Timestamp,
+        /// The container's program and spec, which an exec runs again.
+        prepared: Arc<Prepared>,
     },
     Exited {
         started_at: Timestamp,
@@ -136,6 +152,30 @@ struct Prepared {
 enum Program {
     Module(wasmtime::InstancePre<P1State>),
     Component(CommandPre<P2State>),
+}
+
+/// What a successful request answers.
+#[derive(Default)]
+struct Answer {
+    /// For [`Op::List`].
+    containers: Vec<ContainerReport>,
+    /// For [`Op::Exec`].
+    exec: Option<ExecOutput>,
+}
+
+/// A failure the node tells apart from an internal one (see [`ErrorKind`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+struct Refusal {
+    kind: ErrorKind,
+    message: String,
+}
+
+fn refuse(kind: ErrorKind, message: impl Into<String>) -> wasmtime::Error {
+    wasmtime::Error::new(Refusal {
+        kind,
+        message: message.into(),
+    })
 }
 
 async fn serve(cache_dir: PathBuf, socket: PathBuf) -> wasmtime::Result<()> {
@@ -241,6 +281,9 @@ async fn serve(cache_dir: PathBuf, socket: PathBuf) -> wasmtime::Result<()> {
 
 /// Serves one connection's requests until it closes. The pods keep running.
 async fn read_requests(sandbox: Arc<Sandbox>, read: OwnedReadHalf) {
+    // Cancelled when the connection closes: an exec whose answer nobody can hear ends.
+    let closed = CancellationToken::new();
+    let _close = closed.clone().drop_guard();
     let mut lines = BufReader::new(read).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let request: Request = match serde_json::from_str(&line) {
@@ -251,17 +294,30 @@ async fn read_requests(sandbox: Arc<Sandbox>, read: OwnedReadHalf) {
             }
         };
         let sandbox = sandbox.clone();
+        let closed = closed.clone();
         tokio::spawn(async move {
             let id = request.id;
             let shutdown = request.op == Op::Shutdown;
-            let (containers, error) = match sandbox.handle(request.op).await {
-                Ok(containers) => (containers, None),
-                Err(e) => (Vec::new(), Some(format!("{e:#}"))),
+            let (answer, error, error_kind) = match sandbox.handle(request.op, &closed).await {
+                Ok(answer) => (answer, None, None),
+                Err(e) => (
+                    Answer::default(),
+                    Some(format!("{e:#}")),
+                    e.downcast_ref::<Refusal>().map(|r| r.kind),
+                ),
             };
+            if let Some(error) = error.as_ref().filter(|_| closed.is_cancelled()) {
+                // Its node is gone; the log is the only place left to say it.
+                eprintln!(
+                    "wasmlet sandbox: request {id} ended after its connection closed: {error}"
+                );
+            }
             let _ = sandbox.out.send(Message::Reply {
                 id,
                 error,
-                containers,
+                error_kind,
+                containers: answer.containers,
+                exec: answer.exec,
             });
             if shutdown {
                 sandbox.shutdown.cancel();
@@ -271,9 +327,28 @@ async fn read_requests(sandbox: Arc<Sandbox>, read: OwnedReadHalf) {
 }
 
 impl Sandbox {
-    async fn handle(self: &Arc<Self>, op: Op) -> wasmtime::Result<Vec<ContainerReport>> {
+    async fn handle(
+        self: &Arc<Self>,
+        op: Op,
+        closed: &CancellationToken,
+    ) -> wasmtime::Result<Answer> {
         match op {
-            Op::List => Ok(self.report()),
+            Op::List => Ok(Answer {
+                containers: self.report(),
+                exec: None,
+            }),
+            Op::Exec {
+                container_id,
+                argv,
+                timeout_ms,
+            } => {
+                let timeout = (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms));
+                let exec = self.exec(&container_id, argv, timeout, closed).await?;
+                Ok(Answer {
+                    containers: Vec::new(),
+                    exec: Some(exec),
+                })
+            }
             Op::Shutdown => {
                 let running: Vec<_> = self
                     .containers
@@ -291,7 +366,7 @@ impl Sandbox {
                     cancel.cancel();
                     let _ = exited.wait_for(|e| *e).await;
                 }
-                Ok(Vec::new())
+                Ok(Answer::default())
             }
             Op::Create { container_id, spec } => {
                 if self.containers.lock().unwrap().contains_key(&container_id) {
@@ -306,9 +381,9 @@ impl Sandbox {
                     wasmtime::bail!("container {container_id} already exists");
                 }
                 containers.insert(container_id, Slot::Created(Box::new(prepared)));
-                Ok(Vec::new())
+                Ok(Answer::default())
             }
-            Op::Start { container_id } => self.start(container_id).map(|()| Vec::new()),
+            Op::Start { container_id } => self.start(container_id).map(|()| Answer::default()),
             Op::Stop {
                 container_id,
                 timeout_ms,
@@ -338,7 +413,7 @@ impl Sandbox {
                     cancel.cancel();
                     let _ = exited.wait_for(|e| *e).await;
                 }
-                Ok(Vec::new())
+                Ok(Answer::default())
             }
             Op::Remove { container_id } => {
                 let mut containers = self.containers.lock().unwrap();
@@ -348,7 +423,7 @@ impl Sandbox {
                     }
                     _ => {
                         containers.remove(&container_id);
-                        Ok(Vec::new())
+                        Ok(Answer::default())
                     }
                 }
             }
@@ -447,6 +522,7 @@ impl Sandbox {
                 wasmtime::bail!("cannot open log file {path}: {e}");
             }
         };
+        let prepared: Arc<Prepared> = Arc::from(prepared);
         let cancel = CancellationToken::new();
         let stop = Arc::new(AtomicBool::new(false));
         let (exited_tx, exited_rx) = watch::channel(false);
@@ -458,6 +534,7 @@ impl Sandbox {
                 stop: prepared.observes_stop.then(|| stop.clone()),
                 exited: exited_rx,
                 started_at,
+                prepared: prepared.clone(),
             },
         );
         drop(containers);
@@ -469,13 +546,15 @@ impl Sandbox {
         });
         tokio::spawn(async move {
             let exit = tokio::select! {
-                exit = run(&this.engine, *prepared, log.clone(), stop) => exit,
+                exit = run(&this.engine, &prepared, &log, stop) => exit,
                 () = cancel.cancelled() => Exit {
                     code: KILLED_EXIT_CODE,
                     reason: "Error".into(),
                     message: "stopped by the node".into(),
                 },
             };
+            // Its execs end with it.
+            cancel.cancel();
             let _ = log.close();
             let finished_at = Timestamp::now();
             this.containers.lock().unwrap().insert(
@@ -495,25 +574,137 @@ impl Sandbox {
         });
         Ok(())
     }
+
+    /// Runs `argv` as a new instance of a running container's program (see the module
+    /// docs) and says how it ended. Refused when the container is not running; a
+    /// [`ErrorKind::DeadlineExceeded`] refusal at `timeout`.
+    async fn exec(
+        &self,
+        container_id: &str,
+        argv: Vec<String>,
+        timeout: Option<Duration>,
+        closed: &CancellationToken,
+    ) -> wasmtime::Result<ExecOutput> {
+        if argv.is_empty() {
+            return Err(refuse(
+                ErrorKind::InvalidArgument,
+                "an exec needs a command",
+            ));
+        }
+        let (prepared, ended) = {
+            let containers = self.containers.lock().unwrap();
+            match containers.get(container_id) {
+                Some(Slot::Running {
+                    prepared, cancel, ..
+                }) => (prepared.clone(), cancel.clone()),
+                Some(_) => {
+                    return Err(refuse(
+                        ErrorKind::FailedPrecondition,
+                        format!("container {container_id} is not running: cannot exec in it"),
+                    ));
+                }
+                None => {
+                    return Err(refuse(
+                        ErrorKind::FailedPrecondition,
+                        format!("container {container_id} is not in this sandbox"),
+                    ));
+                }
+            }
+        };
+        let stdout = Capture::new(EXEC_OUTPUT_LIMIT);
+        let stderr = Capture::new(EXEC_OUTPUT_LIMIT);
+        let wasi = wasi_builder(
+            &prepared.spec,
+            &argv,
+            GuestOutput::Capture(stdout.clone()),
+            GuestOutput::Capture(stderr.clone()),
+        )?;
+        let run = run_guest(
+            &self.engine,
+            &prepared.program,
+            wasi,
+            prepared.spec.memory_limit_bytes,
+            Arc::default(),
+        );
+        let deadline = async {
+            match timeout {
+                Some(timeout) => tokio::time::sleep(timeout).await,
+                None => std::future::pending().await,
+            }
+        };
+        // Whichever comes first, the rest is dropped: the instance and its store with it.
+        let exit = tokio::select! {
+            exit = run => exit,
+            () = deadline => {
+                return Err(refuse(
+                    ErrorKind::DeadlineExceeded,
+                    format!(
+                        "exec {argv:?} in container {container_id} timed out after {:?}",
+                        timeout.unwrap_or_default()
+                    ),
+                ));
+            }
+            () = ended.cancelled() => {
+                return Err(refuse(
+                    ErrorKind::FailedPrecondition,
+                    format!("container {container_id} exited while exec {argv:?} ran"),
+                ));
+            }
+            () = closed.cancelled() => {
+                wasmtime::bail!("the node's connection closed while exec {argv:?} ran")
+            }
+        };
+        Ok(ExecOutput {
+            exit_code: exit.code,
+            stdout: stdout.contents(),
+            stderr: stderr.contents(),
+        })
+    }
 }
 
 /// Runs one container's guest to the end and says how it ended.
-async fn run(engine: &Engine, prepared: Prepared, log: CriLog, stop: Arc<AtomicBool>) -> Exit {
-    let Prepared { spec, program, .. } = prepared;
-    let limiter = MemoryLimiter::new(spec.memory_limit_bytes);
-    let wasi = match wasi_builder(&spec, &log) {
-        Ok(b) => b,
-        Err(e) => {
-            return Exit {
-                code: 128,
-                reason: "StartError".into(),
-                message: format!("{e:#}"),
-            };
-        }
+async fn run(engine: &Engine, prepared: &Prepared, log: &CriLog, stop: Arc<AtomicBool>) -> Exit {
+    let spec = &prepared.spec;
+    let output = |stream| GuestOutput::Log {
+        log: log.clone(),
+        stream,
     };
+    match wasi_builder(
+        spec,
+        &spec.argv,
+        output(Stream::Stdout),
+        output(Stream::Stderr),
+    ) {
+        Ok(wasi) => {
+            run_guest(
+                engine,
+                &prepared.program,
+                wasi,
+                spec.memory_limit_bytes,
+                stop,
+            )
+            .await
+        }
+        Err(e) => Exit {
+            code: 128,
+            reason: "StartError".into(),
+            message: format!("{e:#}"),
+        },
+    }
+}
+
+/// Instantiates `program` in a store of its own, with `wasi` and a fresh limiter of
+/// `memory_limit` bytes, and runs it to the end: a container's guest or an exec.
+async fn run_guest(
+    engine: &Engine,
+    program: &Program,
+    mut wasi: WasiCtxBuilder,
+    memory_limit: Option<u64>,
+    stop: Arc<AtomicBool>,
+) -> Exit {
+    let limiter = MemoryLimiter::new(memory_limit);
     let (result, limiter) = match program {
         Program::Module(pre) => {
-            let mut wasi = wasi;
             let mut store = Store::new(
                 engine,
                 P1State {
@@ -534,7 +725,6 @@ async fn run(engine: &Engine, prepared: Prepared, log: CriLog, stop: Arc<AtomicB
             (result, store.into_data().limiter)
         }
         Program::Component(pre) => {
-            let mut wasi = wasi;
             let mut store = Store::new(
                 engine,
                 P2State {
@@ -589,12 +779,19 @@ fn exit_of(result: wasmtime::Result<i32>, limiter: &MemoryLimiter) -> Exit {
     }
 }
 
-fn wasi_builder(spec: &ContainerSpec, log: &CriLog) -> wasmtime::Result<WasiCtxBuilder> {
+/// The WASI context of a container's guest, or of an exec in it: `argv` and the
+/// output streams differ, everything else is the container's.
+fn wasi_builder(
+    spec: &ContainerSpec,
+    argv: &[String],
+    stdout: GuestOutput,
+    stderr: GuestOutput,
+) -> wasmtime::Result<WasiCtxBuilder> {
     let mut b = WasiCtx::builder();
-    b.args(&spec.argv)
+    b.args(argv)
         .envs(&spec.env)
-        .stdout(CriOutput::new(log.clone(), Stream::Stdout))
-        .stderr(CriOutput::new(log.clone(), Stream::Stderr))
+        .stdout(stdout)
+        .stderr(stderr)
         // A workload has the pod's network as a container has; Wasm pods share the
         // node's network namespace (docs/decisions.md): TCP, UDP and name lookups
         // through wasi:sockets.

@@ -7,6 +7,10 @@
 //! "cleaning up", prints `clean exit` and exits with `EXIT_CODE` (default 0). A
 //! cleanup longer than the grace period is cut short by the node (exit code 137).
 //!
+//! With `check` as its first argument (an exec runs the container's own program
+//! again) it prints `ok` and exits with `CHECK_EXIT` (default 0), as an exec probe
+//! would, without looking at the stop signal.
+//!
 //! It imports a wasmlet-only function, so other runtimes refuse to link it.
 
 use std::io::Write;
@@ -35,6 +39,10 @@ fn say(line: &str) {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("check") {
+        say("ok");
+        std::process::exit(env_number("CHECK_EXIT", 0) as i32);
+    }
     let interval = Duration::from_millis(env_number("INTERVAL_MS", 100));
     let cleanup = Duration::from_millis(env_number("CLEANUP_MS", 0));
     let code = env_number("EXIT_CODE", 0) as i32;

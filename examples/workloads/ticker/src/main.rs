@@ -1,6 +1,10 @@
 //! `ticker`: prints `tick N` (N from 1) every `INTERVAL_MS` milliseconds
 //! (default 1000), flushing each line. With `TICKS=N` it stops after N ticks
 //! and exits 0; otherwise it runs until killed.
+//!
+//! Its first argument makes it answer an exec (an exec runs the container's own
+//! program again): `check` prints `ok` and exits with `CHECK_EXIT` (default 0), as
+//! an exec probe would; `hang` sleeps forever, for exec timeouts.
 
 use std::io::Write;
 use std::time::Duration;
@@ -17,6 +21,16 @@ fn env_number(name: &str) -> Option<u64> {
 }
 
 fn main() {
+    match std::env::args().nth(1).as_deref() {
+        Some("check") => {
+            println!("ok");
+            std::process::exit(env_number("CHECK_EXIT").unwrap_or(0) as i32);
+        }
+        Some("hang") => loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        },
+        _ => {}
+    }
     let ticks = env_number("TICKS");
     let interval = Duration::from_millis(env_number("INTERVAL_MS").unwrap_or(1000));
     let stdout = std::io::stdout();

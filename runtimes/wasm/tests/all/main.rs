@@ -2,12 +2,14 @@
 //!
 //! One test binary with a module per topic, so the link step is paid once:
 //! [`images`] (the image store), [`lifecycle`] (running the example guests),
-//! [`limits`] (memory limits, a sandbox dying), [`errors`] (missing images).
+//! [`limits`] (memory limits, a sandbox dying), [`errors`] (missing images),
+//! [`exec`] (exec in running containers), [`adoption`] (a new node adopting sandboxes).
 //! [`fixture`] holds the shared setup: a runtime in a tempdir, a pod, and waits
 //! that end on an event or a deadline.
 
 mod adoption;
 mod errors;
+mod exec;
 mod fixture;
 mod images;
 mod lifecycle;
