@@ -444,17 +444,30 @@ fn post_start_and_pre_stop_hooks_run_http_get_sleep_and_exec() {
     eprintln!("preStop sleep 2 s: stopped in {took:?}");
     assert!(took >= Duration::from_secs(2), "{took:?}");
 
-    // An exec hook cannot run in a Wasm container: the postStart fails and the
-    // container is killed and restarted, as for any failed postStart.
-    let exec = "    lifecycle:\n      postStart:\n        exec: {command: [\"true\"]}\n";
+    // An exec hook runs the container's own program with the hook's command as its
+    // arguments (the ticker answers `check` with CHECK_EXIT): one that succeeds lets
+    // the container run; one that fails kills and restarts it, as any failed postStart.
+    let exec = "    lifecycle:\n      postStart:\n        exec: {command: [ticker, check]}\n";
+    node.write_manifest(
+        "goodhook.yaml",
+        &manifest("goodhook", "ticker", "Always", exec),
+    )
+    .unwrap();
+    let good = node.wait_pod("goodhook", LONG, is_running).unwrap();
+    assert_eq!(container(&good).restart_count, 0);
+    let failing = format!("{exec}    env: [{{name: CHECK_EXIT, value: \"1\"}}]\n");
     node.write_manifest(
         "badhook.yaml",
-        &manifest("badhook", "ticker", "Always", exec),
+        &manifest("badhook", "ticker", "Always", &failing),
     )
     .unwrap();
     node.wait_pod("badhook", LONG, |p| container(p).restart_count >= 1)
         .unwrap();
     assert!(node.log().contains("postStart hook failed"));
+    assert_eq!(
+        node.pod("goodhook").map(|p| container(&p).restart_count),
+        Some(0)
+    );
 }
 
 #[test]

@@ -43,7 +43,9 @@ pub use oci::{
 pub const EXAMPLE_REPOSITORY: &str = "localhost/wasmlet-examples";
 
 /// The guest crates in `examples/workloads`, one `<name>.wasm` each.
-pub const WORKLOADS: [&str; 6] = ["hello", "ticker", "crasher", "memhog", "spin", "graceful"];
+pub const WORKLOADS: [&str; 7] = [
+    "hello", "ticker", "crasher", "memhog", "spin", "graceful", "httpd",
+];
 
 /// One image written by [`build_example_images`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,8 +74,9 @@ const fn module_artifact(name: &'static str) -> ExampleImage {
 /// module, plus `hello` as an artifact of its component
 /// (`hello-component`), as runwasi's image of its component
 /// (`hello-runwasi`) and as a plain container image of its module
-/// (`hello-plain`).
-pub const EXAMPLE_IMAGES: [ExampleImage; 10] = [
+/// (`hello-plain`). `httpd` listens through `wasi:sockets`, which only a
+/// component has, so its one image is its component.
+pub const EXAMPLE_IMAGES: [ExampleImage; 11] = [
     module_artifact("hello"),
     module_artifact("ticker"),
     module_artifact("crasher"),
@@ -89,6 +92,12 @@ pub const EXAMPLE_IMAGES: [ExampleImage; 10] = [
     ExampleImage {
         name: "graceful-component",
         guest: "graceful",
+        layout: WasmLayout::Artifact,
+        component: true,
+    },
+    ExampleImage {
+        name: "httpd",
+        guest: "httpd",
         layout: WasmLayout::Artifact,
         component: true,
     },
@@ -446,6 +455,14 @@ mod tests {
         assert!(
             info.exports.iter().any(|e| e.starts_with("wasi:cli/run@")),
             "{info:?}"
+        );
+        let httpd = component_info(&std::fs::read(dir.join("httpd.wasm")).unwrap()).unwrap();
+        assert!(
+            httpd
+                .imports
+                .iter()
+                .any(|i| i.starts_with("wasi:sockets/tcp@0.2.")),
+            "{httpd:?}"
         );
     }
 }

@@ -14,3 +14,4 @@ mod fixture;
 mod images;
 mod lifecycle;
 mod limits;
+mod network;

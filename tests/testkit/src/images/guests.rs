@@ -5,7 +5,9 @@
 //! `/usr/bin/cargo` and `/usr/bin/rustc` with `RUSTC_BOOTSTRAP=1` and
 //! `-Zbuild-std`, linked by `wasm-ld-19` against wasi-libc's `crt1-command.o`.
 //! A rustup toolchain that already has the `wasm32-wasip1` target is used
-//! only when the Debian packages are missing.
+//! only when the Debian packages are missing. The guests' crates.io
+//! dependencies are fetched first (a no-op, and no network, once they are in
+//! cargo's cache); the build itself runs offline.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -79,8 +81,34 @@ impl GuestToolchain {
         )
     }
 
-    /// The `cargo build` command, with a scrubbed environment.
-    fn command(&self, workloads: &Path) -> Command {
+    /// `cargo fetch`: downloads the guests' crates.io dependencies (the `wasi`
+    /// bindings) that are not in the local cache yet; without network access it
+    /// succeeds as long as they are.
+    fn fetch_command(&self, workloads: &Path) -> Command {
+        let mut cmd = self.cargo(workloads);
+        cmd.arg("fetch")
+            .arg("--locked")
+            .arg("--target")
+            .arg(GUEST_TARGET);
+        cmd
+    }
+
+    /// The `cargo build` command, offline: [`Self::fetch_command`] ran first.
+    fn build_command(&self, workloads: &Path) -> Command {
+        let mut cmd = self.cargo(workloads);
+        cmd.arg("build")
+            .arg("--release")
+            .arg("--offline")
+            .arg("--target")
+            .arg(GUEST_TARGET);
+        if *self == GuestToolchain::Debian {
+            cmd.arg("-Zbuild-std=std,panic_abort");
+        }
+        cmd
+    }
+
+    /// This toolchain's cargo in `workloads`, with a scrubbed environment.
+    fn cargo(&self, workloads: &Path) -> Command {
         let mut cmd = Command::new(match self {
             GuestToolchain::Debian => Path::new(DEBIAN_CARGO),
             GuestToolchain::Rustup { cargo, .. } => cargo.as_path(),
@@ -109,15 +137,7 @@ impl GuestToolchain {
                     .env("CARGO_TARGET_DIR", workloads.join("target").join("rustup"));
             }
         }
-        cmd.current_dir(workloads)
-            .arg("build")
-            .arg("--release")
-            .arg("--offline")
-            .arg("--target")
-            .arg(GUEST_TARGET);
-        if *self == GuestToolchain::Debian {
-            cmd.arg("-Zbuild-std=std,panic_abort");
-        }
+        cmd.current_dir(workloads);
         // A wrapper or target dir from a parent .cargo/config.toml must not apply.
         cmd.env("RUSTC_WRAPPER", "")
             .env("RUSTC_WORKSPACE_WRAPPER", "")
@@ -169,20 +189,24 @@ pub fn build_guests(workspace_root: &Path) -> anyhow::Result<PathBuf> {
         bail!("no guest workspace at {}", workloads.display());
     }
     let toolchain = GuestToolchain::detect()?;
-    let mut cmd = toolchain.command(&workloads);
-    let output = cmd
-        .output()
-        .with_context(|| format!("running {:?} in {}", cmd.get_program(), workloads.display()))?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let tail: Vec<&str> = stderr.lines().rev().take(40).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        bail!(
-            "guest build ({toolchain:?}) failed with {} in {}:\n{}",
-            output.status,
-            workloads.display(),
-            tail.join("\n")
-        );
+    for (step, mut cmd) in [
+        ("fetching dependencies", toolchain.fetch_command(&workloads)),
+        ("build", toolchain.build_command(&workloads)),
+    ] {
+        let output = cmd.output().with_context(|| {
+            format!("running {:?} in {}", cmd.get_program(), workloads.display())
+        })?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let tail: Vec<&str> = stderr.lines().rev().take(40).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            bail!(
+                "guest {step} ({toolchain:?}) failed with {} in {}:\n{}",
+                output.status,
+                workloads.display(),
+                tail.join("\n")
+            );
+        }
     }
     Ok(toolchain.output_dir(&workloads))
 }
