@@ -11,6 +11,7 @@ mod cri;
 mod isolation;
 mod lifecycle;
 mod manifests;
+mod probes;
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;

@@ -134,6 +134,19 @@ enum Next {
     Close,
 }
 
+// This module exports `cabi_realloc` (from the `wasi` crate's bindings), which the
+// preview 1 adapter also allocates through. In a command module wasm-ld wraps every
+// export in a call to the static constructors unless the module references
+// `__wasm_call_ctors` itself; a wrapped `cabi_realloc` would run wasi-libc's preopen
+// set-up again while the host is lowering the preopen list into this instance, which
+// the component model forbids ("cannot leave component instance"). `_start` runs the
+// constructors once; this reference only opts out of the wrappers.
+unsafe extern "C" {
+    fn __wasm_call_ctors();
+}
+#[used]
+static RUNS_ITS_OWN_CTORS: unsafe extern "C" fn() = __wasm_call_ctors;
+
 fn main() -> ExitCode {
     let config = match Config::from_env() {
         Ok(config) => config,
