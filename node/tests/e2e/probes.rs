@@ -275,3 +275,156 @@ spec:
         "readiness never restarts"
     );
 }
+
+/// A real gRPC health server on loopback (Wasm pods share the node's network, so
+/// this is what a probe of a Wasm pod's port reaches): `""` and `live` answer
+/// SERVING once `serving` is set, NOT_SERVING before.
+struct HealthServer {
+    port: u16,
+    serving: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    _rt: tokio::runtime::Runtime,
+}
+
+struct Health(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+#[tonic::async_trait]
+impl wasmlet_proto::grpc::health::v1::health_server::Health for Health {
+    async fn check(
+        &self,
+        request: tonic::Request<wasmlet_proto::grpc::health::v1::HealthCheckRequest>,
+    ) -> Result<tonic::Response<wasmlet_proto::grpc::health::v1::HealthCheckResponse>, tonic::Status>
+    {
+        use wasmlet_proto::grpc::health::v1::health_check_response::ServingStatus;
+        let up = self.0.load(std::sync::atomic::Ordering::SeqCst);
+        let status = match request.into_inner().service.as_str() {
+            "live" => ServingStatus::Serving,
+            "" if up => ServingStatus::Serving,
+            "" => ServingStatus::NotServing,
+            other => return Err(tonic::Status::not_found(format!("unknown service {other}"))),
+        };
+        Ok(tonic::Response::new(
+            wasmlet_proto::grpc::health::v1::HealthCheckResponse {
+                status: status as i32,
+            },
+        ))
+    }
+
+    type WatchStream = futures::stream::Empty<
+        Result<wasmlet_proto::grpc::health::v1::HealthCheckResponse, tonic::Status>,
+    >;
+
+    async fn watch(
+        &self,
+        _: tonic::Request<wasmlet_proto::grpc::health::v1::HealthCheckRequest>,
+    ) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("watch"))
+    }
+}
+
+fn health_server() -> HealthServer {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let serving = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let incoming = futures::stream::unfold(listener, |l| async move {
+        let conn = l.accept().await.map(|(s, _)| s);
+        Some((conn, l))
+    });
+    rt.spawn(
+        tonic::transport::Server::builder()
+            .add_service(
+                wasmlet_proto::grpc::health::v1::health_server::HealthServer::new(Health(
+                    serving.clone(),
+                )),
+            )
+            .serve_with_incoming(incoming),
+    );
+    HealthServer {
+        port,
+        serving,
+        _rt: rt,
+    }
+}
+
+#[test]
+fn startup_failures_restart_and_gate_liveness_and_grpc_probes_ask_the_health_service() {
+    let health = health_server();
+    let node = start(&["ticker"]);
+    let closed = free_port();
+    // Startup (gRPC, service "") fails until the server says SERVING: three failures
+    // restart the container, and liveness — a tcpSocket probe of a closed port that
+    // would fail at once — is never run meanwhile. Readiness (tcpSocket, closed port)
+    // keeps the container unready for good.
+    let probes = format!(
+        "    startupProbe: {{grpc: {{port: {port}}}, periodSeconds: 1, failureThreshold: 3}}\n    livenessProbe: {{grpc: {{port: {port}, service: live}}, periodSeconds: 1}}\n  - name: unready\n    image: {ticker}\n    imagePullPolicy: IfNotPresent\n    readinessProbe: {{tcpSocket: {{port: {closed}}}, periodSeconds: 1}}\n    livenessProbe: {{tcpSocket: {{port: {closed}}}, periodSeconds: 1, initialDelaySeconds: 600}}\n",
+        port = health.port,
+        ticker = image("ticker"),
+    );
+    node.write_manifest(
+        "gated.yaml",
+        &pod_yaml("gated", &ticker("slow", "", &probes)),
+    )
+    .unwrap();
+    let p = node
+        .wait_pod("gated", LONG, |p| named(p, "slow").restart_count >= 1)
+        .unwrap();
+    let slow = named(&p, "slow");
+    assert_eq!(slow.started, Some(false));
+    assert!(!slow.ready);
+    let metrics = || http_get(node.read_only_port, "/metrics/probes").unwrap().1;
+    let m = metrics();
+    assert!(
+        m.lines().any(|l| l.contains(r#"container="slow""#)
+            && l.contains(r#"probe_type="Startup""#)
+            && l.contains(r#"result="failed""#)
+            && l.rsplit(' ').next().and_then(|n| n.parse::<u64>().ok()) >= Some(3)),
+        "three startup failures, then the restart: {m}"
+    );
+    assert!(
+        !m.lines()
+            .any(|l| l.contains(r#"container="slow""#) && l.contains(r#"probe_type="Liveness""#)),
+        "liveness waits for startup: {m}"
+    );
+    // Now the service is up: the container starts, and liveness (service "live")
+    // passes from then on.
+    health
+        .serving
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let p = node
+        .wait_pod("gated", LONG, |p| named(p, "slow").ready)
+        .unwrap();
+    let restarts = named(&p, "slow").restart_count;
+    poll(Duration::from_secs(20), || {
+        metrics()
+            .lines()
+            .any(|l| {
+                l.contains(r#"container="slow""#)
+                    && l.contains(r#"probe_type="Liveness""#)
+                    && l.contains(r#"result="successful""#)
+            })
+            .then_some(())
+    })
+    .expect("liveness runs once started");
+    let p = node.pod("gated").unwrap();
+    assert_eq!(
+        named(&p, "slow").restart_count,
+        restarts,
+        "no restart once started"
+    );
+    let unready = named(&p, "unready");
+    assert!(!unready.ready && unready.restart_count == 0, "{unready:#?}");
+    assert!(!ready(&p));
+    assert!(
+        metrics()
+            .lines()
+            .any(|l| l.contains(r#"container="unready""#)
+                && l.contains(r#"probe_type="Readiness""#)
+                && l.contains(r#"result="failed""#))
+    );
+}
