@@ -156,7 +156,15 @@ pub trait ObjectSource: Send + Sync {
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, String>;
     /// Every Service in the cluster, for [`service_env`]; an error until they were
     /// read once.
-    async fn services(&self) -> Result<Vec<Service>, String>;
+    async fn services(&self) -> Result<std::sync::Arc<[Service]>, String>;
+    /// A token of the pod's service account bound to the pod (TokenRequest), for a
+    /// projected `serviceAccountToken` volume source: the token and when it expires.
+    async fn service_account_token(
+        &self,
+        pod: &Pod,
+        audiences: Vec<String>,
+        expiration_seconds: i64,
+    ) -> Result<(String, jiff::Timestamp), String>;
 }
 
 /// A standalone node has no ConfigMaps or Secrets to read.
@@ -177,8 +185,23 @@ impl ObjectSource for NoApiServer {
     }
 
     /// No services: a standalone kubelet sets no service variables either.
-    async fn services(&self) -> Result<Vec<Service>, String> {
-        Ok(Vec::new())
+    async fn services(&self) -> Result<std::sync::Arc<[Service]>, String> {
+        Ok(std::sync::Arc::from([]))
+    }
+
+    async fn service_account_token(
+        &self,
+        pod: &Pod,
+        _audiences: Vec<String>,
+        _expiration_seconds: i64,
+    ) -> Result<(String, jiff::Timestamp), String> {
+        Err(format!(
+            "a token for service account {:?} cannot be requested: this node has no API server",
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.service_account_name.as_deref())
+                .unwrap_or("default")
+        ))
     }
 }
 

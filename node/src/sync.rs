@@ -107,9 +107,14 @@ pub struct PodState {
     pub initialized_in: Option<String>,
     /// The pod's volumes on the host, by name, once set up.
     pub volumes: Vec<(String, crate::volumes::HostVolume)>,
+    /// When the content volumes were last written.
+    pub volumes_refreshed: Option<tokio::time::Instant>,
     /// The probe results of the running instances, by container name and type.
     pub probe_results: BTreeMap<(String, crate::prober::ProbeKind), crate::prober::ProbeResult>,
 }
+
+/// How often ConfigMap, Secret and downward API volumes are rewritten.
+const CONTENT_REFRESH: Duration = Duration::from_secs(60);
 
 /// What a sync asks of its worker afterwards.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -379,6 +384,27 @@ impl PodSyncer {
         &self.router
     }
 
+    /// Removes the directories (volumes, termination messages) of pods that are not
+    /// in `live`: pods deleted while the node was down (the kubelet's
+    /// cleanupOrphanedPodDirs). The caller makes sure no worker of such a pod runs.
+    pub fn remove_orphaned_pod_dirs(&self, live: &std::collections::HashSet<String>) {
+        let Some(dir) = &self.pods_dir else { return };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if live.contains(&name) {
+                continue;
+            }
+            tracing::info!(pod_uid = %name, "removing the directory of a pod that is gone");
+            crate::volumes::tear_down(&entry.path());
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::warn!(pod_uid = %name, "removing {}: {e}", entry.path().display());
+            }
+        }
+    }
+
     /// Whether every container has terminated and none will be restarted.
     pub fn is_pod_done(pod: &Pod, st: &PodState) -> bool {
         let policy = restart_policy(pod);
@@ -489,12 +515,17 @@ impl PodSyncer {
                     tracing::warn!(pod = %full_name(pod), "stopping the sandbox of a finished pod: {e}");
                 }
                 sb.ready = false;
+                // Its tmpfs volumes are released with it; the files of disk volumes
+                // stay until the pod is removed.
+                if let Some(dir) = &self.pods_dir {
+                    crate::volumes::tear_down(&dir.join(uid(pod)));
+                }
             }
             return SyncOutcome::default();
         }
 
-        match self.set_up_volumes(pod) {
-            Ok(volumes) => st.volumes = volumes,
+        match self.set_up_volumes(pod, st).await {
+            Ok(()) => {}
             Err(message) => {
                 self.events
                     .pod(pod, None, WARNING, "FailedMount", message.clone());
@@ -602,7 +633,16 @@ impl PodSyncer {
             }
             let current = st.containers.get(&ic.name).and_then(|r| r.current.as_ref());
             let done = if sidecar {
-                current.is_some_and(|c| c.state == ContainerState::Running)
+                // A sidecar with a startup probe holds the next containers back until
+                // the probe succeeds, as the kubelet waits for it.
+                current.is_some_and(|c| {
+                    c.state == ContainerState::Running
+                        && (ic.startup_probe.is_none()
+                            || self.probes.as_ref().is_some_and(|p| {
+                                p.result(&c.id, crate::prober::ProbeKind::Startup)
+                                    == Some(crate::prober::ProbeResult::Success)
+                            }))
+                })
             } else {
                 current.is_some_and(|c| c.state == ContainerState::Exited && c.exit_code == 0)
             };
@@ -657,10 +697,14 @@ impl PodSyncer {
                 Some(&c.name),
                 NORMAL,
                 "Killing",
-                format!(
-                    "Container {} failed {what} probe, will be restarted",
-                    c.name
-                ),
+                if policy == "Never" {
+                    format!("Container {} failed {what} probe", c.name)
+                } else {
+                    format!(
+                        "Container {} failed {what} probe, will be restarted",
+                        c.name
+                    )
+                },
             );
             let grace = probe
                 .termination_grace_period_seconds
@@ -707,7 +751,15 @@ impl PodSyncer {
                 let key = format!("{}/{}", uid(pod), c.name);
                 let finished = cs.finished_at.unwrap_or(now);
                 let mut backoff = self.restart_backoff.lock().unwrap();
-                if let Some(left) = backoff.remaining(&key, finished, now) {
+                // A container the node killed for a failed probe is started again at
+                // once, as the kubelet kills and starts in one sync (the back-off still
+                // grows for the next time).
+                let waiting_out = if rec.probe_killed {
+                    None
+                } else {
+                    backoff.remaining(&key, finished, now)
+                };
+                if let Some(left) = waiting_out {
                     let delay = backoff.get(&key).unwrap_or_default();
                     if rec
                         .waiting
@@ -858,8 +910,10 @@ impl PodSyncer {
             .iter()
             .chain(spec.init_containers.iter().flatten())
             .find(|c| c.name == name);
+        // As the kubelet: no preStop hook without a grace period to run it in.
         if let Some(c) = container
             && let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
+            && deadline > tokio::time::Instant::now()
         {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let ip = st.sandbox.as_ref().and_then(|s| s.ip.as_deref());
@@ -1057,16 +1111,14 @@ impl PodSyncer {
         Ok(())
     }
 
-    /// Sets up the pod's volumes (idempotent). A `medium: Memory` emptyDir without a
-    /// `sizeLimit` is sized by the pod's memory limit, else the node's allocatable
+    /// Sets up the pod's volumes not set up yet, and refreshes the content volumes
+    /// (ConfigMaps, Secrets, tokens) once a minute. A `medium: Memory` emptyDir without
+    /// a `sizeLimit` is sized by the pod's memory limit, else the node's allocatable
     /// memory.
-    fn set_up_volumes(
-        &self,
-        pod: &Pod,
-    ) -> Result<Vec<(String, crate::volumes::HostVolume)>, String> {
+    async fn set_up_volumes(&self, pod: &Pod, st: &mut PodState) -> Result<(), String> {
         let spec = pod.spec.as_ref();
         if spec.is_none_or(|s| s.volumes.as_ref().is_none_or(Vec::is_empty)) {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let Some(dir) = &self.pods_dir else {
             return Err("this node has no pods directory for volumes".into());
@@ -1087,7 +1139,33 @@ impl PodSyncer {
                 .get("memory")
                 .and_then(|q| quantity::bytes(q).ok())
         });
-        crate::volumes::set_up(pod, &dir.join(uid(pod)), limit)
+        let ctx = crate::volumes::SetUpContext {
+            memory_limit: limit,
+            objects: &*self.objects,
+            allocatable: &self.allocatable,
+        };
+        let all_set_up = spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .all(|v| st.volumes.iter().any(|(n, _)| *n == v.name));
+        if !all_set_up {
+            st.volumes =
+                crate::volumes::set_up(pod, &dir.join(uid(pod)), &st.volumes, &ctx).await?;
+            st.volumes_refreshed = Some(tokio::time::Instant::now());
+            return Ok(());
+        }
+        let due = st
+            .volumes_refreshed
+            .is_none_or(|t| t.elapsed() >= CONTENT_REFRESH);
+        if due {
+            st.volumes_refreshed = Some(tokio::time::Instant::now());
+            // A failed refresh keeps the files as they are and the pod running.
+            if let Err(e) = crate::volumes::refresh(pod, &mut st.volumes, &ctx).await {
+                tracing::warn!(pod = %full_name(pod), "{e}");
+                self.events.pod(pod, None, WARNING, "FailedMount", e);
+            }
+        }
+        Ok(())
     }
 
     /// Re-reads the sandbox and container states from the runtime.
@@ -1504,12 +1582,28 @@ impl PodSyncer {
         wasm: bool,
     ) -> Result<ContainerConfig, String> {
         let (command, args) = crate::env::expand_command(c, &env);
-        let mut mounts = crate::volumes::container_mounts(
-            c,
-            volumes,
-            &|s| crate::env::expand(s, &|name| env.get(name).map(str::to_owned)),
-            wasm,
-        )?;
+        // subPathExpr: a variable that is missing or empty is an error (the kubelet's
+        // ExpandContainerVolumeMounts), never a mount of the whole volume.
+        let expand_sub_path = |s: &str| -> Result<String, String> {
+            let missing = std::cell::RefCell::new(std::collections::BTreeSet::new());
+            let expanded = crate::env::expand(s, &|name| {
+                let value = env.get(name).unwrap_or_default();
+                if value.is_empty() {
+                    missing.borrow_mut().insert(name.to_owned());
+                }
+                Some(value.to_owned())
+            });
+            let missing = missing.into_inner();
+            if missing.is_empty() {
+                Ok(expanded)
+            } else {
+                Err(format!(
+                    "missing value for {}",
+                    missing.into_iter().collect::<Vec<_>>().join(", ")
+                ))
+            }
+        };
+        let mut mounts = crate::volumes::container_mounts(c, volumes, &expand_sub_path, wasm)?;
         mounts.extend(self.termination_mount(pod, c, attempt, wasm)?);
         let env = env.into_vec();
         let spec = pod.spec.clone().unwrap_or_default();

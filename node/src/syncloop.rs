@@ -88,6 +88,7 @@ pub struct LoopTiming {
 /// The sync loop's state.
 pub struct SyncLoop {
     config: PodConfig,
+    syncer: Arc<PodSyncer>,
     pods: HashMap<String, Pod>,
     workers: PodWorkers,
     done_rx: mpsc::UnboundedReceiver<String>,
@@ -128,6 +129,7 @@ impl SyncLoop {
         let router = syncer.router().clone();
         SyncLoop {
             config: PodConfig::default(),
+            syncer: syncer.clone(),
             pods: HashMap::new(),
             workers: PodWorkers::new(syncer, statuses.clone(), done_tx),
             done_rx,
@@ -408,6 +410,9 @@ impl SyncLoop {
             .collect();
         // A worker that is terminating owns its sandbox until it is done.
         let active: HashSet<String> = self.workers.uids().collect();
+        // Directories of pods that are gone (here, where no worker can start meanwhile).
+        let live: HashSet<String> = known.union(&active).cloned().collect();
+        self.syncer.remove_orphaned_pod_dirs(&live);
         let router = self.router.clone();
         let flag = self.housekeeping_running.clone();
         tokio::spawn(async move {

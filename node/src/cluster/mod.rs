@@ -252,8 +252,9 @@ pub struct ApiObjects {
 }
 
 /// Every Service of the cluster, `None` until the first list.
-pub type ServiceCache =
-    std::sync::Arc<std::sync::RwLock<Option<Vec<k8s_openapi::api::core::v1::Service>>>>;
+pub type ServiceCache = std::sync::Arc<
+    std::sync::RwLock<Option<std::sync::Arc<[k8s_openapi::api::core::v1::Service]>>>,
+>;
 
 /// Watches every Service until cancelled, as the kubelet's service informer does, for
 /// the service environment variables of containers.
@@ -269,7 +270,7 @@ pub async fn watch_services(
         "Services",
         cancel,
         move |set| {
-            *cache.write().unwrap() = Some(set.into_values().collect());
+            *cache.write().unwrap() = Some(set.into_values().collect::<Vec<_>>().into());
             Box::pin(async { true })
         },
     )
@@ -300,10 +301,55 @@ impl crate::env::ObjectSource for ApiObjects {
             .map_err(|e| format!("reading Secret {namespace}/{name}: {e}"))
     }
 
-    async fn services(&self) -> Result<Vec<k8s_openapi::api::core::v1::Service>, String> {
+    async fn services(
+        &self,
+    ) -> Result<std::sync::Arc<[k8s_openapi::api::core::v1::Service]>, String> {
         self.services.read().unwrap().clone().ok_or_else(|| {
             "services have not yet been read at least once, cannot construct envvars".to_owned()
         })
+    }
+
+    async fn service_account_token(
+        &self,
+        pod: &Pod,
+        audiences: Vec<String>,
+        expiration_seconds: i64,
+    ) -> Result<(String, jiff::Timestamp), String> {
+        use k8s_openapi::api::authentication::v1::{
+            BoundObjectReference, TokenRequest, TokenRequestSpec,
+        };
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let account = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.as_deref())
+            .filter(|s| !s.is_empty())
+            .unwrap_or("default");
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences,
+                expiration_seconds: Some(expiration_seconds),
+                bound_object_ref: Some(BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: pod.metadata.name.clone(),
+                    uid: pod.metadata.uid.clone(),
+                }),
+            },
+            ..Default::default()
+        };
+        let api: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            kube::Api::namespaced(self.client.clone(), namespace);
+        let done = api
+            .create_token_request(account, &kube::api::PostParams::default(), &request)
+            .await
+            .map_err(|e| {
+                format!("requesting a token for ServiceAccount {namespace}/{account}: {e}")
+            })?;
+        let status = done
+            .status
+            .ok_or("the TokenRequest came back without a token")?;
+        Ok((status.token, status.expiration_timestamp.0))
     }
 }
 

@@ -129,6 +129,8 @@ fn allowed(r: &Request, pods: &BTreeSet<String>) -> bool {
         ("" | "events.k8s.io", "events", "", "create" | "patch" | "update") => true,
         ("node.k8s.io", "runtimeclasses", "", "get" | "list" | "watch") => true,
         ("", "services", "", "list" | "watch") => true,
+        // Tokens for the service accounts of its pods, bound to the pod.
+        ("", "serviceaccounts", "token", "create") => true,
         // Only those the node's pods reference (the authorizer's graph).
         ("", "configmaps" | "secrets", "", "get") => r.namespace == "default",
         _ => false,
@@ -757,4 +759,96 @@ fn pods_that_do_not_fit_are_rejected_with_the_kubelets_reasons_and_never_started
             .is_none()
     );
     assert!(node.log().contains("pod rejected"));
+}
+
+#[test]
+fn the_service_account_volume_every_cluster_pod_gets_is_projected_into_wasm_pods() {
+    use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+    let c = cluster();
+    let node = start_with(node_options(&c, &["hello"]));
+    let ca: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "kube-root-ca.crt", "namespace": "default" },
+        "data": { "ca.crt": "-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n" },
+    }))
+    .unwrap();
+    c.api.create(&ca).unwrap();
+    let sa: ServiceAccount = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "robot", "namespace": "default" },
+    }))
+    .unwrap();
+    c.api.create(&sa).unwrap();
+    // The pod as the ServiceAccount admission plugin leaves it: the
+    // `kube-api-access-*` projected volume mounted at the well-known path.
+    let mount = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let container = |name: &str, file: &str| {
+        serde_json::json!({
+            "name": name,
+            "image": image("hello"),
+            "imagePullPolicy": "IfNotPresent",
+            "env": [{ "name": "READ_FILE", "value": format!("{mount}/{file}") }],
+            "volumeMounts": [{ "name": "kube-api-access-abcde", "mountPath": mount, "readOnly": true }],
+        })
+    };
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "sa-pod", "namespace": "default" },
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": "Never",
+            "serviceAccountName": "robot",
+            "containers": [container("token", "token"), container("ns", "namespace"), container("ca", "ca.crt")],
+            "volumes": [{
+                "name": "kube-api-access-abcde",
+                "projected": {
+                    "defaultMode": 420,
+                    "sources": [
+                        { "serviceAccountToken": { "expirationSeconds": 3607, "path": "token" } },
+                        { "configMap": { "name": "kube-root-ca.crt", "items": [{ "key": "ca.crt", "path": "ca.crt" }] } },
+                        { "downwardAPI": { "items": [{ "path": "namespace", "fieldRef": { "apiVersion": "v1", "fieldPath": "metadata.namespace" } }] } },
+                    ],
+                },
+            }],
+        },
+    }))
+    .unwrap();
+    c.api.create(&pod).unwrap();
+    wait("the pod to succeed", LONG, || {
+        c.api
+            .get::<Pod>(Some("default"), "sa-pod")
+            .filter(|p| phase(p) == "Succeeded")
+    });
+    let local = here(&node, "sa-pod").expect("the node has the pod");
+    let read = |name: &str| -> String {
+        node.container_log(&local, name, 0)
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.stream == "stdout" && r.text.starts_with("read "))
+            .map(|r| r.text)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        read("token").starts_with(&format!("read {mount}/token: ")),
+        "{}",
+        read("token")
+    );
+    assert!(
+        read("token").len() > format!("read {mount}/token: ").len() + 10,
+        "a token"
+    );
+    assert_eq!(read("ns"), format!("read {mount}/namespace: default"));
+    assert!(read("ca").contains("BEGIN CERTIFICATE"), "{}", read("ca"));
+    // The token was requested for the pod's own service account.
+    assert!(
+        c.api
+            .requests()
+            .iter()
+            .any(|r| r.resource == "serviceaccounts"
+                && r.subresource == "token"
+                && r.name == "robot"
+                && r.verb == "create"),
+        "a TokenRequest for robot"
+    );
+    // Nothing of the token reaches the node's log.
+    let token = read("token").rsplit(": ").next().unwrap().to_owned();
+    assert!(!node.log().contains(&token));
 }

@@ -578,14 +578,18 @@ spec:
         .join("root/pods")
         .join(pod.metadata.uid.clone().unwrap())
         .join("volumes/kubernetes.io~empty-dir");
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    // The pod finished: its Memory emptyDir's tmpfs is released (the files of the
+    // disk volume stay until the pod is removed).
     let shm = volumes.join("shm").display().to_string();
+    let released = wasmlet_testkit::node::poll(Duration::from_secs(10), || {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        (!mountinfo.contains(&shm)).then_some(())
+    });
     assert!(
-        mountinfo
-            .lines()
-            .any(|l| l.split(' ').nth(4) == Some(shm.as_str()) && l.contains(" - tmpfs ")),
-        "the Memory emptyDir is a tmpfs"
+        released.is_some(),
+        "the tmpfs of a finished pod is unmounted"
     );
+    assert!(volumes.join("data/sub/greeting").is_file());
 
     // Deleting the pod unmounts and removes its volumes.
     node.remove_manifest("shared.yaml").unwrap();
@@ -603,7 +607,7 @@ spec:
         "hello",
         "Never",
         "    volumeMounts: [{name: cfg, mountPath: /cfg}]\n",
-    ) + "  volumes:\n  - {name: cfg, configMap: {name: settings}}\n";
+    ) + "  volumes:\n  - {name: cfg, persistentVolumeClaim: {claimName: settings}}\n";
     node.write_manifest("cfg.yaml", &yaml).unwrap();
     let pod = node
         .wait_pod("cfg", LONG, |p| {
@@ -611,7 +615,7 @@ spec:
                 .state
                 .and_then(|s| s.waiting)
                 .and_then(|w| w.message)
-                .is_some_and(|m| m.contains("configMap is not supported"))
+                .is_some_and(|m| m.contains("persistentVolumeClaim is not supported"))
         })
         .unwrap();
     assert_eq!(phase(&pod), "Pending");

@@ -60,6 +60,13 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// core module, a function of no parameters returning an `i32`, 1 once a stop was
 /// requested). The WIT is `runtimes/wasm/wit/lifecycle.wit`.
 pub const STOP_INTERFACE: &str = "wasmlet:lifecycle/stop@0.1.0";
+/// Whether an import names [`STOP_INTERFACE`] at a compatible version (`0.1.x`: a
+/// component linked against a later patch release links through semver matching).
+fn imports_stop(name: &str) -> bool {
+    name.strip_prefix("wasmlet:lifecycle/stop@0.1.")
+        .is_some_and(|patch| !patch.is_empty() && patch.chars().all(|c| c.is_ascii_digit()))
+}
+
 /// The one function of [`STOP_INTERFACE`].
 pub const STOP_FUNCTION: &str = "requested";
 
@@ -474,11 +481,11 @@ impl Sandbox {
             spec.kind,
         )?;
         let observes_stop = match &compiled {
-            Compiled::Module(m) => m.imports().any(|i| i.module() == STOP_INTERFACE),
+            Compiled::Module(m) => m.imports().any(|i| imports_stop(i.module())),
             Compiled::Component(c) => c
                 .component_type()
                 .imports(&self.engine)
-                .any(|(name, _)| name == STOP_INTERFACE),
+                .any(|(name, _)| imports_stop(name)),
         };
         let program = match compiled {
             Compiled::Module(m) => Program::Module(
@@ -876,5 +883,26 @@ impl ResourceLimiter for MemoryLimiter {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_stop_interface_is_recognised_at_compatible_versions() {
+        for name in [
+            "wasmlet:lifecycle/stop@0.1.0",
+            "wasmlet:lifecycle/stop@0.1.7",
+        ] {
+            assert!(super::imports_stop(name), "{name}");
+        }
+        for name in [
+            "wasmlet:lifecycle/stop@0.2.0",
+            "wasmlet:lifecycle/stop@0.1.",
+            "wasmlet:lifecycle/stop",
+            "wasi:cli/run@0.2.0",
+        ] {
+            assert!(!super::imports_stop(name), "{name}");
+        }
     }
 }
