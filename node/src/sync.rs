@@ -269,6 +269,33 @@ impl PodSyncer {
         }
     }
 
+    /// Starts the probes of a pod that is not finished (idempotent, as the kubelet's
+    /// AddPod on every sync) and asks for a readiness probe at once of each running,
+    /// started container not yet probed ready — called once its status is published,
+    /// which is what the probe workers read.
+    pub fn probe(&self, pod: &Pod, st: &PodState) {
+        use crate::prober::{ProbeKind, ProbeResult};
+        let Some(probes) = &self.probes else { return };
+        probes.add_pod(pod);
+        for (name, rec) in &st.containers {
+            let Some(cs) = rec
+                .current
+                .as_ref()
+                .filter(|cs| cs.state == ContainerState::Running)
+            else {
+                continue;
+            };
+            let started = matches!(
+                probes.result(&cs.id, ProbeKind::Startup),
+                None | Some(ProbeResult::Success)
+            );
+            if started && probes.result(&cs.id, ProbeKind::Readiness) != Some(ProbeResult::Success)
+            {
+                probes.trigger_unprobed_readiness(uid(pod), name);
+            }
+        }
+    }
+
     /// A failed liveness or startup probe of a running instance: its type and probe.
     fn failed_probe<'c>(
         &self,

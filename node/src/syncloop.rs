@@ -163,18 +163,17 @@ impl SyncLoop {
         self
     }
 
-    /// Hands a pod to its worker to sync, and starts its probes.
+    /// Hands a pod to its worker to sync (the worker starts its probes once it has a
+    /// status).
     fn sync(&mut self, pod: Pod) {
-        if let Some(probes) = &self.probes {
-            probes.add_pod(&pod);
-        }
         self.workers.update(Work::Sync(Box::new(pod)));
     }
 
-    /// Hands a pod to its worker to stop within `grace`; its probes stop.
+    /// Hands a pod to its worker to stop within `grace`. Its liveness and startup
+    /// probes stop; readiness keeps running until it has terminated, as the kubelet's.
     fn terminate(&mut self, pod: Pod, grace: Duration) {
         if let Some(probes) = &self.probes {
-            probes.remove_pod(uid(&pod));
+            probes.stop_liveness_and_startup(uid(&pod));
         }
         self.terminating.insert(uid(&pod).to_owned(), pod.clone());
         self.workers.update(Work::Terminate {
@@ -307,6 +306,9 @@ impl SyncLoop {
                 }
                 Some(done) = self.done_rx.recv() => {
                     self.workers.finished(&done);
+                    if let Some(probes) = &self.probes {
+                        probes.remove_pod(&done);
+                    }
                     self.terminating.remove(&done);
                     if let Some(pod) = self.readd_after_termination.remove(&done) {
                         tracing::info!(pod = %full_name(&pod), "previous instance terminated; starting the pod again");

@@ -191,7 +191,11 @@ async fn run_worker(
                 if previous.as_ref().and_then(|p| p.phase.as_ref()) != status.phase.as_ref() {
                     tracing::info!(pod = %full_name(&pod), phase = ?status.phase.as_deref().unwrap_or(""), "pod phase");
                 }
-                statuses.set(pod, status);
+                let finished = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+                statuses.set(pod.clone(), status);
+                if !finished {
+                    syncer.probe(&pod, &st);
+                }
                 let requeue = outcome.requeue_after.map(|d| Instant::now() + d);
                 wait_for_work(&mut rx, requeue).await;
                 if rx.has_changed().is_err() {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
-use k8s_openapi::api::core::v1::{Container, HTTPGetAction, Probe};
+use k8s_openapi::api::core::v1::{Container, HTTPGetAction, HTTPHeader, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use wasmlet_runtime::Runtime;
 
@@ -18,7 +18,8 @@ use super::{Outcome, ProbeResult};
 pub const USER_AGENT: &str = "kube-probe/1.33";
 /// How much of a response body the HTTP probe reads (the kubelet's 10 KiB).
 const MAX_BODY: usize = 10 << 10;
-/// How many redirects an HTTP probe follows.
+/// How many requests an HTTP probe sends at most, redirects included (Go's
+/// `len(via) >= 10`).
 const MAX_REDIRECTS: usize = 10;
 
 /// What a probe is run against.
@@ -106,10 +107,7 @@ async fn exec_probe(
     // The runtime enforces the timeout; this bound is for a runtime that does not.
     match tokio::time::timeout(timeout + Duration::from_secs(1), run).await {
         Err(_) => Outcome::failure(format!("command {command:?} timed out after {timeout:?}")),
-        Ok(Err(e)) if is_timeout(&e) => Outcome::failure(format!(
-            "command {command:?} timed out after {timeout:?}: {e}"
-        )),
-        Ok(Err(e)) => Outcome::unknown(format!("exec {command:?}: {e}")),
+        Ok(Err(e)) => exec_error(command, e),
         Ok(Ok(r)) => {
             let mut output = String::from_utf8_lossy(&r.stdout).into_owned();
             output.push_str(&String::from_utf8_lossy(&r.stderr));
@@ -126,9 +124,15 @@ async fn exec_probe(
     }
 }
 
-fn is_timeout(e: &wasmlet_runtime::Error) -> bool {
-    let text = e.to_string().to_lowercase();
-    text.contains("deadline") || text.contains("timed out") || text.contains("timeout")
+/// An `ExecSync` error, as the kubelet's exec prober takes it: the runtime's timeout
+/// is a failure; any other error means the probe could not be run (Unknown).
+fn exec_error(command: &[String], e: wasmlet_runtime::Error) -> Outcome {
+    match e {
+        wasmlet_runtime::Error::Timeout { .. } => {
+            Outcome::failure(format!("command {command:?} timed out: {e}"))
+        }
+        e => Outcome::unknown(format!("exec {command:?}: {e}")),
+    }
 }
 
 async fn tcp_probe(host: &str, port: u16, timeout: Duration) -> Outcome {
@@ -164,27 +168,19 @@ async fn http_probe(http: &HTTPGetAction, pod_ip: &str, port: u16, timeout: Dura
         path.insert(0, '/');
     }
     let url = format!("{scheme}://{}{path}", host_port(&host, port));
-    let mut headers: Vec<(String, String)> = vec![
-        ("User-Agent".into(), USER_AGENT.into()),
-        ("Accept".into(), "*/*".into()),
-    ];
-    for h in http.http_headers.iter().flatten() {
-        // A header the probe sets replaces the default of that name.
-        headers.retain(|(k, _)| !k.eq_ignore_ascii_case(&h.name));
-        headers.push((h.name.clone(), h.value.clone()));
-    }
+    let headers = RequestHeaders::of(http.http_headers.iter().flatten());
     match tokio::time::timeout(timeout, http_get(&url, &headers)).await {
         Err(_) => Outcome::failure(format!(
             "Get \"{url}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
         )),
-        Ok(Err(e)) => Outcome::failure(format!("Get \"{url}\": {e}")),
-        Ok(Ok((status, body, redirected_away))) => {
-            if (200..400).contains(&status) {
-                if status >= 300 || redirected_away {
-                    Outcome::warning(format!("Probe terminated redirects, Response body: {body}"))
-                } else {
-                    Outcome::success(body)
-                }
+        Ok(Err(e)) => Outcome::failure(e),
+        Ok(Ok((status, body))) => {
+            if (200..300).contains(&status) {
+                Outcome::success(body)
+            } else if (300..400).contains(&status) {
+                // A redirect that was not followed (another host, a code that is not
+                // followed, no Location): the kubelet's probe.Warning.
+                Outcome::warning(format!("Probe terminated redirects, Response body: {body}"))
             } else {
                 Outcome::failure(format!("HTTP probe failed with statuscode: {status}"))
             }
@@ -192,66 +188,213 @@ async fn http_probe(http: &HTTPGetAction, pod_ip: &str, port: u16, timeout: Dura
     }
 }
 
-/// GETs `url`, following redirects on the same host (at most 10). Returns the last
-/// status, the start of its body and whether a redirect to another host was not
-/// followed.
-async fn http_get(url: &str, headers: &[(String, String)]) -> Result<(u16, String, bool), String> {
-    let first: hyper::Uri = url.parse().map_err(|e| format!("{e}"))?;
-    let origin_host = first.host().unwrap_or("").to_owned();
-    let mut uri = first;
-    for _ in 0..=MAX_REDIRECTS {
-        let (status, location, body) = get_once(&uri, headers).await?;
-        let Some(location) = location.filter(|_| (300..400).contains(&status)) else {
-            return Ok((status, body, false));
-        };
-        let next = resolve(&uri, &location)?;
-        if next.host().unwrap_or("") != origin_host {
-            return Ok((status, body, true));
-        }
-        uri = next;
-    }
-    Err(format!("stopped after {MAX_REDIRECTS} redirects"))
+/// The headers of a probe's requests, as the kubelet builds them (`buildHeader`,
+/// `newProbeRequest`) and Go's client sends them.
+#[derive(Debug, Default)]
+struct RequestHeaders {
+    /// The probe's `Host` (its first value), instead of the URL's authority.
+    host: Option<String>,
+    /// Sent once, if not empty.
+    user_agent: String,
+    /// Everything else, in order; repeated names are all sent.
+    other: Vec<(String, String)>,
 }
 
-fn resolve(base: &hyper::Uri, location: &str) -> Result<hyper::Uri, String> {
-    let parsed: hyper::Uri = location.parse().map_err(|e| format!("bad Location: {e}"))?;
-    if parsed.scheme().is_some() {
-        return Ok(parsed);
+impl RequestHeaders {
+    fn of<'a>(probe: impl IntoIterator<Item = &'a HTTPHeader>) -> Self {
+        let mut h = RequestHeaders::default();
+        let mut user_agent = None;
+        let mut accept = None;
+        for header in probe {
+            let (name, value) = (header.name.as_str(), header.value.as_str());
+            if name.eq_ignore_ascii_case("host") {
+                h.host.get_or_insert_with(|| value.to_owned());
+                continue;
+            }
+            if name.eq_ignore_ascii_case("user-agent") {
+                user_agent.get_or_insert_with(|| value.to_owned());
+                continue;
+            }
+            if name.eq_ignore_ascii_case("accept") {
+                accept.get_or_insert_with(|| value.to_owned());
+            }
+            h.other.push((name.to_owned(), value.to_owned()));
+        }
+        h.host = h.host.filter(|v| !v.is_empty());
+        // Only if the probe sets none; set but empty, none is sent (as Go's client).
+        h.user_agent = user_agent.unwrap_or_else(|| USER_AGENT.to_owned());
+        match accept.as_deref() {
+            None => h.other.push(("Accept".into(), "*/*".into())),
+            // Set to an empty value: the header is removed.
+            Some("") => h.other.retain(|(k, _)| !k.eq_ignore_ascii_case("accept")),
+            Some(_) => {}
+        }
+        h
     }
-    let mut parts = base.clone().into_parts();
-    let path = if location.starts_with('/') {
-        location.to_owned()
-    } else {
-        let dir = base.path().rsplit_once('/').map(|(d, _)| d).unwrap_or("");
-        format!("{dir}/{location}")
+
+    fn has(&self, name: &str) -> bool {
+        self.other.iter().any(|(k, _)| k.eq_ignore_ascii_case(name))
+    }
+}
+
+/// What a redirected request sends besides the probe's headers.
+struct Hop<'a> {
+    /// The `Host` header: the probe's through relative redirects, else the URL's.
+    host: Option<&'a str>,
+    /// The previous URL (Go's client sets it on redirects).
+    referer: Option<String>,
+}
+
+/// GETs `url` as the kubelet's probe client: follows 301, 302, 303, 307 and 308 on
+/// the same host name (any port or scheme), sending at most 10 requests
+/// (`len(via) >= 10`). Returns the last status and the start of its body; a redirect
+/// that is not followed returns its own response. Errors are Go's `url.Error` text.
+async fn http_get(url: &str, headers: &RequestHeaders) -> Result<(u16, String), String> {
+    let first: hyper::Uri = url.parse().map_err(|e| format!("Get {url:?}: {e}"))?;
+    let origin_host = first.host().unwrap_or("").to_owned();
+    let mut uri = first;
+    let mut hop = Hop {
+        host: headers.host.as_deref(),
+        referer: None,
     };
-    parts.path_and_query = Some(path.parse().map_err(|e| format!("bad Location: {e}"))?);
-    hyper::Uri::from_parts(parts).map_err(|e| format!("bad Location: {e}"))
+    let mut sent = 0;
+    loop {
+        let (status, location, body) = get_once(&uri, headers, &hop)
+            .await
+            .map_err(|e| format!("Get \"{uri}\": {e}"))?;
+        sent += 1;
+        let Some(location) =
+            location.filter(|l| !l.is_empty() && matches!(status, 301 | 302 | 303 | 307 | 308))
+        else {
+            return Ok((status, body));
+        };
+        let next = resolve(&uri, &location).map_err(|e| {
+            format!("Get \"{uri}\": failed to parse Location header {location:?}: {e}")
+        })?;
+        // The kubelet's RedirectChecker: another host name ends the chain with this
+        // response; then Go's limit.
+        if next.host().unwrap_or("") != origin_host {
+            return Ok((status, body));
+        }
+        if sent >= MAX_REDIRECTS {
+            return Err(format!(
+                "Get {location:?}: stopped after {MAX_REDIRECTS} redirects"
+            ));
+        }
+        // Go keeps a custom Host only through a Location without a scheme (issue 22233)
+        // and sets Referer to the previous URL unless going from https to http.
+        hop.host = headers.host.as_deref().filter(|_| !has_scheme(&location));
+        hop.referer = (!(uri.scheme_str() == Some("https") && next.scheme_str() == Some("http")))
+            .then(|| uri.to_string());
+        uri = next;
+    }
+}
+
+/// Whether a URI reference starts with a scheme (`http:`, `https:`, ...).
+fn has_scheme(reference: &str) -> bool {
+    let Some((scheme, _)) = reference.split_once(':') else {
+        return false;
+    };
+    let mut chars = scheme.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// Resolves a Location against the request's URL (RFC 3986, section 5.2); the
+/// fragment is dropped, as a client does not send it.
+fn resolve(base: &hyper::Uri, location: &str) -> Result<hyper::Uri, String> {
+    let location = location.split_once('#').map_or(location, |(l, _)| l);
+    if has_scheme(location) {
+        return location.parse().map_err(|e| format!("{e}"));
+    }
+    let scheme = base.scheme_str().unwrap_or("http");
+    if location.starts_with("//") {
+        // Scheme-relative: another authority, the current scheme.
+        return format!("{scheme}:{location}")
+            .parse()
+            .map_err(|e| format!("{e}"));
+    }
+    let (path, query) = match location.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (location, None),
+    };
+    let path = if path.is_empty() {
+        base.path().to_owned()
+    } else if path.starts_with('/') {
+        remove_dot_segments(path)
+    } else {
+        let dir = base.path().rsplit_once('/').map_or("", |(d, _)| d);
+        remove_dot_segments(&format!("{dir}/{path}"))
+    };
+    let query = match query {
+        Some(q) => Some(q),
+        None if location.is_empty() || location.starts_with('?') => base.query(),
+        None => None,
+    };
+    let path_and_query = match query {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    let mut parts = base.clone().into_parts();
+    parts.path_and_query = Some(path_and_query.parse().map_err(|e| format!("{e}"))?);
+    hyper::Uri::from_parts(parts).map_err(|e| format!("{e}"))
+}
+
+/// An absolute path without its `.` and `..` segments.
+fn remove_dot_segments(path: &str) -> String {
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    let mut out: Vec<&str> = Vec::new();
+    for (i, segment) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        match *segment {
+            "." => {}
+            ".." => {
+                out.pop();
+            }
+            s => {
+                out.push(s);
+                continue;
+            }
+        }
+        if last {
+            out.push("");
+        }
+    }
+    format!("/{}", out.join("/"))
 }
 
 type Response = (u16, Option<String>, String);
 
-async fn get_once(uri: &hyper::Uri, headers: &[(String, String)]) -> Result<Response, String> {
+async fn get_once(
+    uri: &hyper::Uri,
+    headers: &RequestHeaders,
+    hop: &Hop<'_>,
+) -> Result<Response, String> {
+    let https = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") | None => false,
+        Some(other) => return Err(format!("unsupported protocol scheme {other:?}")),
+    };
     let host = uri
         .host()
         .ok_or("no host")?
         .trim_matches(['[', ']'])
         .to_owned();
-    let https = uri.scheme_str() == Some("https");
     let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
     let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
         .await
         .map_err(|e| format!("dial tcp {}: {e}", host_port(&host, port)))?;
-    let mut req = hyper::Request::get(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
-    let authority = uri
-        .authority()
-        .map(|a| a.as_str().to_owned())
-        .unwrap_or_default();
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-        req = req.header("Host", authority);
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    let mut req = hyper::Request::get(uri.path_and_query().map_or("/", |p| p.as_str()))
+        .header("Host", hop.host.unwrap_or(authority));
+    if !headers.user_agent.is_empty() {
+        req = req.header("User-Agent", headers.user_agent.as_str());
     }
-    for (k, v) in headers {
+    for (k, v) in &headers.other {
         req = req.header(k.as_str(), v.as_str());
+    }
+    if let Some(referer) = hop.referer.as_deref().filter(|_| !headers.has("referer")) {
+        req = req.header("Referer", referer);
     }
     let req = req
         .header("Connection", "close")
@@ -443,8 +586,8 @@ impl Outcome {
         }
     }
 
-    /// The probe could not be run (a missing named port, a runtime error): counted,
-    /// but it changes nothing.
+    /// The probe could not be run (a missing named port, a runtime error): reported,
+    /// but neither counted nor a result.
     pub fn unknown(output: impl Into<String>) -> Self {
         Outcome {
             result: ProbeResult::Unknown,
@@ -473,7 +616,8 @@ mod tests {
         closed: Arc<Mutex<usize>>,
     }
 
-    async fn server(respond: fn(&str) -> Option<String>) -> Server {
+    async fn server(respond: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Server {
+        let respond = Arc::new(respond);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let heads: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -482,7 +626,7 @@ mod tests {
         tokio::spawn(async move {
             loop {
                 let (mut s, _) = listener.accept().await.unwrap();
-                let (h, c) = (h.clone(), c.clone());
+                let (h, c, respond) = (h.clone(), c.clone(), respond.clone());
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 8192];
                     let mut head = String::new();
@@ -549,7 +693,7 @@ mod tests {
     }
 
     async fn routes() -> Server {
-        server(|head| match path_of(head) {
+        server(|head| match path_of(head).split('?').next().unwrap_or("") {
             "/ok" => Some(reply("200 OK", "", "fine")),
             "/missing" => Some(reply("404 Not Found", "", "")),
             "/here" => Some(reply("302 Found", "Location: /ok\r\n", "")),
@@ -558,7 +702,22 @@ mod tests {
                 "Location: http://elsewhere.invalid:9/\r\n",
                 "",
             )),
+            "/away-relative-scheme" => Some(reply(
+                "301 Moved Permanently",
+                "Location: //elsewhere.invalid:9/ok\r\n",
+                "",
+            )),
             "/loop" => Some(reply("302 Found", "Location: /loop\r\n", "")),
+            "/temporary" => Some(reply("307 Temporary Redirect", "Location: ok\r\n", "")),
+            "/permanent" => Some(reply(
+                "308 Permanent Redirect",
+                "Location: ./a/../ok?x=1#frag\r\n",
+                "",
+            )),
+            "/see-other" => Some(reply("303 See Other", "Location: /ok\r\n", "")),
+            "/choices" => Some(reply("300 Multiple Choices", "Location: /ok\r\n", "pick")),
+            "/not-modified" => Some(reply("304 Not Modified", "Location: /ok\r\n", "")),
+            "/no-location" => Some(reply("302 Found", "", "nowhere")),
             "/big" => Some(reply("200 OK", "", &"x".repeat(100_000))),
             _ => None,
         })
@@ -566,6 +725,15 @@ mod tests {
     }
 
     const SECOND: Duration = Duration::from_secs(1);
+
+    fn paths(s: &Server) -> Vec<String> {
+        s.heads
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|h| path_of(h).to_owned())
+            .collect()
+    }
 
     #[tokio::test]
     async fn http_probes_follow_the_kubelets_rules() {
@@ -591,29 +759,99 @@ mod tests {
             away.output.starts_with("Probe terminated redirects"),
             "{away:?}"
         );
-        let looping = http_probe(&probe("/loop"), "127.0.0.1", s.port, SECOND).await;
-        assert_eq!(looping.result, ProbeResult::Failure);
-        assert!(
-            looping.output.contains("stopped after 10 redirects"),
-            "{looping:?}"
-        );
         let big = http_probe(&probe("/big"), "127.0.0.1", s.port, SECOND).await;
         assert_eq!(
             (big.result, big.output.len()),
             (ProbeResult::Success, MAX_BODY)
         );
-        let paths: Vec<String> = s
-            .heads
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|h| path_of(h).to_owned())
-            .collect();
+        let paths = paths(&s);
         assert!(
             paths.contains(&"/ok".to_owned()) && !paths.iter().any(|p| p == "/"),
             "{paths:?}"
         );
-        assert_eq!(paths.iter().filter(|p| *p == "/loop").count(), 11);
+    }
+
+    #[tokio::test]
+    async fn an_http_probe_sends_at_most_ten_requests() {
+        let s = routes().await;
+        let looping = http_probe(&http("/loop", s.port, &[]), "127.0.0.1", s.port, SECOND).await;
+        assert_eq!(
+            looping,
+            Outcome::failure("Get \"/loop\": stopped after 10 redirects")
+        );
+        // Go's checkRedirect `len(via) >= 10`: the first request and 9 redirects.
+        assert_eq!(paths(&s), vec!["/loop".to_owned(); 10]);
+    }
+
+    #[tokio::test]
+    async fn only_the_redirect_codes_go_follows_are_followed() {
+        let s = routes().await;
+        for path in ["/temporary", "/permanent", "/see-other"] {
+            let out = http_probe(&http(path, s.port, &[]), "127.0.0.1", s.port, SECOND).await;
+            assert_eq!(out, Outcome::success("fine"), "{path}");
+        }
+        assert_eq!(
+            paths(&s),
+            [
+                "/temporary",
+                "/ok",
+                "/permanent",
+                "/ok?x=1",
+                "/see-other",
+                "/ok"
+            ]
+        );
+        // Other 3xx codes, and a redirect without a Location, are the final response:
+        // a success with a warning.
+        s.heads.lock().unwrap().clear();
+        for (path, body) in [
+            ("/choices", "pick"),
+            ("/not-modified", ""),
+            ("/no-location", "nowhere"),
+        ] {
+            let out = http_probe(&http(path, s.port, &[]), "127.0.0.1", s.port, SECOND).await;
+            assert_eq!(
+                out,
+                Outcome::warning(format!("Probe terminated redirects, Response body: {body}")),
+                "{path}"
+            );
+        }
+        assert_eq!(paths(&s), ["/choices", "/not-modified", "/no-location"]);
+    }
+
+    #[tokio::test]
+    async fn a_scheme_relative_location_keeps_the_scheme_and_the_host_rule() {
+        let target = routes().await;
+        let port = target.port;
+        let s = server(move |head| match path_of(head) {
+            "/other-port" => Some(reply(
+                "302 Found",
+                &format!("Location: //127.0.0.1:{port}/ok\r\n"),
+                "",
+            )),
+            _ => None,
+        })
+        .await;
+        // The same host name on another port is followed.
+        let out = http_probe(
+            &http("/other-port", s.port, &[]),
+            "127.0.0.1",
+            s.port,
+            SECOND,
+        )
+        .await;
+        assert_eq!(out, Outcome::success("fine"));
+        assert_eq!(paths(&target), ["/ok"]);
+        // Another host is not.
+        let away = http_probe(
+            &http("/away-relative-scheme", port, &[]),
+            "127.0.0.1",
+            port,
+            SECOND,
+        )
+        .await;
+        assert_eq!((away.result, away.warning), (ProbeResult::Success, true));
+        assert_eq!(paths(&target), ["/ok", "/away-relative-scheme"]);
     }
 
     #[tokio::test]
@@ -622,7 +860,12 @@ mod tests {
         let p = http(
             "/ok",
             s.port,
-            &[("X-Custom", "yes"), ("Host", "example.test")],
+            &[
+                ("X-Custom", "yes"),
+                ("Host", "example.test"),
+                ("X-Multi", "a"),
+                ("x-multi", "b"),
+            ],
         );
         assert_eq!(
             http_probe(&p, "127.0.0.1", s.port, SECOND).await.result,
@@ -633,16 +876,95 @@ mod tests {
         assert!(head.contains("accept: */*"), "{head}");
         assert!(head.contains("x-custom: yes"), "{head}");
         assert!(
+            head.contains("x-multi: a") && head.contains("x-multi: b"),
+            "every value is sent: {head}"
+        );
+        assert!(
             head.contains("host: example.test") && !head.contains("host: 127.0.0.1"),
             "{head}"
         );
-        let p = http("/ok", s.port, &[("User-Agent", "mine")]);
+        assert_eq!(head.matches("host:").count(), 1, "{head}");
+        let p = http(
+            "/ok",
+            s.port,
+            &[("User-Agent", "mine"), ("Accept", "text/plain")],
+        );
         http_probe(&p, "127.0.0.1", s.port, SECOND).await;
         let head = s.heads.lock().unwrap()[1].to_lowercase();
         assert!(
             head.contains("user-agent: mine") && !head.contains("kube-probe"),
             "{head}"
         );
+        assert!(
+            head.contains("accept: text/plain") && !head.contains("*/*"),
+            "{head}"
+        );
+        // An empty Accept removes the header; an empty User-Agent sends none.
+        let p = http("/ok", s.port, &[("Accept", ""), ("User-Agent", "")]);
+        http_probe(&p, "127.0.0.1", s.port, SECOND).await;
+        let head = s.heads.lock().unwrap()[2].to_lowercase();
+        assert!(
+            !head.contains("accept:") && !head.contains("user-agent:"),
+            "{head}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_redirect_carries_the_headers_a_referer_and_a_custom_host_if_relative() {
+        let s = routes().await;
+        let p = http(
+            "/here",
+            s.port,
+            &[("Host", "example.test"), ("X-Custom", "yes")],
+        );
+        assert_eq!(
+            http_probe(&p, "127.0.0.1", s.port, SECOND).await,
+            Outcome::success("fine")
+        );
+        let heads = s.heads.lock().unwrap().clone();
+        assert_eq!(heads.len(), 2);
+        let second = heads[1].to_lowercase();
+        assert!(second.starts_with("get /ok "), "{second}");
+        assert!(
+            second.contains("host: example.test") && second.contains("x-custom: yes"),
+            "{second}"
+        );
+        assert!(
+            second.contains(&format!("referer: http://127.0.0.1:{}/here", s.port)),
+            "{second}"
+        );
+    }
+
+    #[test]
+    fn locations_resolve_against_the_request() {
+        let base: hyper::Uri = "http://h:1/a/b?q=1".parse().unwrap();
+        let r = |l: &str| resolve(&base, l).unwrap().to_string();
+        assert_eq!(r("/x"), "http://h:1/x");
+        assert_eq!(r("c"), "http://h:1/a/c");
+        assert_eq!(r("../c?d=2#f"), "http://h:1/c?d=2");
+        assert_eq!(r("?z"), "http://h:1/a/b?z");
+        assert_eq!(r("//other:2/y"), "http://other:2/y");
+        assert_eq!(r("https://h/z"), "https://h/z");
+        assert_eq!(r("./.."), "http://h:1/");
+        assert!(has_scheme("HTTP://x") && !has_scheme("/a:b") && !has_scheme("//h:1/"));
+    }
+
+    #[test]
+    fn exec_errors_are_unknown_except_the_runtimes_timeout() {
+        let command = vec!["check".to_owned()];
+        let timeout = wasmlet_runtime::Error::Timeout {
+            operation: "ExecSync",
+            after: SECOND,
+        };
+        assert_eq!(exec_error(&command, timeout).result, ProbeResult::Failure);
+        // Whatever its text says.
+        for e in [
+            wasmlet_runtime::Error::Internal("context deadline exceeded".into()),
+            wasmlet_runtime::Error::Unavailable("timeout dialing".into()),
+            wasmlet_runtime::Error::not_found("container", "c1"),
+        ] {
+            assert_eq!(exec_error(&command, e).result, ProbeResult::Unknown);
+        }
     }
 
     #[tokio::test]

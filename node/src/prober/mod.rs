@@ -13,20 +13,36 @@
 //! - readiness drives `containerStatuses[].ready` and the Ready and ContainersReady
 //!   conditions, and never touches the process;
 //! - startup gates liveness and readiness: they run only once the container has
-//!   `started`.
+//!   `started` (its startup probe succeeded, or it has none).
 //!
-//! Every probe run is counted in `prober_probe_total` with the kubelet's labels; a
-//! failure is a `Unhealthy` warning event.
+//! A worker can be woken before its next tick, as the kubelet's `manualTriggerCh`:
+//! [`ProbeManager::trigger_unprobed_readiness`] (the sync loop, for a running and
+//! started container whose readiness is still the initial Failure), and a startup
+//! Success wakes the container's readiness and liveness workers. A trigger only counts
+//! while the worker has not yet run its handler on the container's current instance;
+//! otherwise the worker ignores it and keeps to its period.
+//!
+//! Lifecycle, as the kubelet's probe manager: [`ProbeManager::add_pod`] is called on
+//! every sync of a non-terminal pod and only starts the workers that are missing (not
+//! those that ended for good: their container terminated under `restartPolicy: Never`,
+//! or the pod finished); [`ProbeManager::stop_liveness_and_startup`] when the pod
+//! starts terminating (readiness keeps running, liveness and startup are left at
+//! Success for a quiet shutdown); [`ProbeManager::remove_pod`] once it is terminated.
+//!
+//! Every probe whose handler ran is counted in `prober_probe_total` with the kubelet's
+//! labels (a probe that errored, `Unknown`, is not); a worker's series go away with the
+//! worker. A failure is an `Unhealthy` warning event.
 
 pub mod handlers;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, ContainerStatus as ApiContainerStatus, Pod, Probe};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -150,18 +166,69 @@ impl Runner for RealRunner {
 
 type WorkerKey = (String, String, ProbeKind);
 
+/// A live worker as the manager holds it.
+struct Handle {
+    /// Unique per worker: a worker that ends removes its entry only if it is its own.
+    generation: u64,
+    cancel: CancellationToken,
+    /// Wakes the worker before its next tick.
+    trigger: Arc<Notify>,
+}
+
+#[derive(Default)]
+struct Workers {
+    live: HashMap<WorkerKey, Handle>,
+    /// Per pod UID, what `add_pod` must not start again; forgotten by `remove_pod`.
+    ended: HashMap<String, Ended>,
+}
+
+#[derive(Default)]
+struct Ended {
+    /// Workers (container, type) that ended for good.
+    keys: HashSet<(String, ProbeKind)>,
+    /// The pod is terminating: only readiness runs.
+    terminating: bool,
+}
+
+impl Ended {
+    fn contains(&self, container: &str, kind: ProbeKind) -> bool {
+        (self.terminating && kind != ProbeKind::Readiness)
+            || self.keys.contains(&(container.to_owned(), kind))
+    }
+}
+
 struct Inner {
     statuses: StatusStore,
     router: Option<RuntimeRouter>,
     runner: Arc<dyn Runner>,
     events: EventRecorder,
     updates: mpsc::UnboundedSender<String>,
-    /// Per container instance (runtime id) and type.
-    results: Mutex<HashMap<(String, ProbeKind), ProbeResult>>,
-    workers: Mutex<HashMap<WorkerKey, CancellationToken>>,
+    /// Per container instance (runtime id) and type: the result and the pod's UID.
+    results: Mutex<HashMap<(String, ProbeKind), (ProbeResult, String)>>,
+    workers: Mutex<Workers>,
     /// `prober_probe_total` by (probe_type, result, container, pod, namespace, pod_uid).
     counts: Mutex<BTreeMap<[String; 6], u64>>,
     started: Instant,
+    generations: AtomicU64,
+}
+
+impl Inner {
+    /// Wakes a worker if it exists (a no-op otherwise, and if a wake-up is pending).
+    fn trigger(&self, pod_uid: &str, container: &str, kind: ProbeKind) {
+        let workers = self.workers.lock().unwrap();
+        let key = (pod_uid.to_owned(), container.to_owned(), kind);
+        if let Some(h) = workers.live.get(&key) {
+            h.trigger.notify_one();
+        }
+    }
+
+    /// Deletes the `prober_probe_total` series of one worker.
+    fn forget_series(&self, pod_uid: &str, container: &str, kind: ProbeKind) {
+        self.counts
+            .lock()
+            .unwrap()
+            .retain(|k, _| !(k[5] == pod_uid && k[2] == container && k[0] == kind.name()));
+    }
 }
 
 /// The probe workers of every pod and their results.
@@ -190,16 +257,21 @@ impl ProbeManager {
                 workers: Mutex::default(),
                 counts: Mutex::default(),
                 started: Instant::now(),
+                generations: AtomicU64::new(0),
             }),
         }
     }
 
     /// Starts the workers of the pod's probes that have none (regular containers and
-    /// sidecars; init containers that run to completion are not probed).
+    /// sidecars; init containers that run to completion are not probed). Cheap and
+    /// idempotent: called on every sync of a non-terminal pod. A worker that ended for
+    /// good (its container terminated under `restartPolicy: Never`, the pod finished)
+    /// is not started again, nor liveness and startup once the pod is terminating.
     pub fn add_pod(&self, pod: &Pod) {
         let Some(spec) = pod.spec.as_ref() else {
             return;
         };
+        let pod_uid = uid(pod);
         let containers = spec.containers.iter().chain(
             spec.init_containers
                 .iter()
@@ -207,44 +279,115 @@ impl ProbeManager {
                 .filter(|c| c.restart_policy.as_deref() == Some("Always")),
         );
         let mut workers = self.inner.workers.lock().unwrap();
+        let Workers { live, ended } = &mut *workers;
+        let ended = ended.get(pod_uid);
         for c in containers {
             for kind in ProbeKind::ALL {
                 let Some(probe) = kind.of(c) else { continue };
-                let key = (uid(pod).to_owned(), c.name.clone(), kind);
-                if workers.contains_key(&key) {
+                if ended.is_some_and(|e| e.contains(&c.name, kind)) {
                     continue;
                 }
-                let cancel = CancellationToken::new();
-                workers.insert(key.clone(), cancel.clone());
+                let key = (pod_uid.to_owned(), c.name.clone(), kind);
+                if live.contains_key(&key) {
+                    continue;
+                }
+                let handle = Handle {
+                    generation: self.inner.generations.fetch_add(1, Ordering::Relaxed),
+                    cancel: CancellationToken::new(),
+                    trigger: Arc::new(Notify::new()),
+                };
                 let worker = Worker {
                     inner: self.inner.clone(),
+                    key: key.clone(),
+                    generation: handle.generation,
+                    cancel: handle.cancel.clone(),
+                    trigger: handle.trigger.clone(),
                     pod: pod.clone(),
                     container: c.clone(),
                     kind,
                     probe: probe.clone(),
                     timing: Timing::of(probe),
                     container_id: None,
+                    probed: false,
+                    keep_result: false,
                     last: ProbeResult::Unknown,
                     run: 0,
                     on_hold: false,
                     delay_until: Instant::now(),
                 };
-                tokio::spawn(worker.run(key, cancel));
+                live.insert(key, handle);
+                tokio::spawn(worker.run());
             }
         }
     }
 
-    /// Stops the pod's workers and forgets their results.
-    pub fn remove_pod(&self, pod_uid: &str) {
-        let mut workers = self.inner.workers.lock().unwrap();
-        workers.retain(|(u, _, _), cancel| {
-            if u == pod_uid {
-                cancel.cancel();
-                false
-            } else {
-                true
+    /// The pod is terminating (the kubelet's `StopLivenessAndStartup`): its liveness
+    /// and startup workers stop, their results are left at Success (a quiet shutdown:
+    /// no kill, the container counts as started) and `add_pod` does not start them
+    /// again; readiness keeps running until [`Self::remove_pod`].
+    pub fn stop_liveness_and_startup(&self, pod_uid: &str) {
+        let mut stopped = Vec::new();
+        {
+            let mut workers = self.inner.workers.lock().unwrap();
+            workers.live.retain(|(u, c, k), h| {
+                if u == pod_uid && *k != ProbeKind::Readiness {
+                    h.cancel.cancel();
+                    stopped.push((c.clone(), *k));
+                    false
+                } else {
+                    true
+                }
+            });
+            let ended = workers.ended.entry(pod_uid.to_owned()).or_default();
+            ended.terminating = true;
+            ended.keys.extend(stopped.iter().cloned());
+        }
+        // The workers are cancelled first: none of them writes a result after this.
+        for ((_, kind), (result, u)) in self.inner.results.lock().unwrap().iter_mut() {
+            if u == pod_uid && *kind != ProbeKind::Readiness {
+                *result = ProbeResult::Success;
             }
-        });
+        }
+        for (container, kind) in stopped {
+            self.inner.forget_series(pod_uid, &container, kind);
+        }
+    }
+
+    /// The pod is terminated: stops its workers and forgets their results, series and
+    /// what ended.
+    pub fn remove_pod(&self, pod_uid: &str) {
+        {
+            let mut workers = self.inner.workers.lock().unwrap();
+            workers.live.retain(|(u, _, _), h| {
+                if u == pod_uid {
+                    h.cancel.cancel();
+                    false
+                } else {
+                    true
+                }
+            });
+            workers.ended.remove(pod_uid);
+        }
+        // The workers are cancelled first: none of them writes a result after this.
+        self.inner
+            .results
+            .lock()
+            .unwrap()
+            .retain(|_, (_, u)| u != pod_uid);
+        self.inner
+            .counts
+            .lock()
+            .unwrap()
+            .retain(|k, _| k[5] != pod_uid);
+    }
+
+    /// Wakes the readiness worker of a container so it probes now rather than at its
+    /// next tick (the kubelet's manual trigger, non-blocking). It has effect only while
+    /// the worker has not yet run its handler on the container's current instance; the
+    /// worker ignores it otherwise, so it may be called on every sync. A no-op if the
+    /// container has no readiness worker.
+    pub fn trigger_unprobed_readiness(&self, pod_uid: &str, container: &str) {
+        self.inner.trigger(pod_uid, container, ProbeKind::Readiness);
     }
 
     /// The current result of a container instance's probe, if it has that probe.
@@ -254,12 +397,12 @@ impl ProbeManager {
             .lock()
             .unwrap()
             .get(&(container_id.to_owned(), kind))
-            .copied()
+            .map(|(r, _)| *r)
     }
 
     /// Number of live workers.
     pub fn workers(&self) -> usize {
-        self.inner.workers.lock().unwrap().len()
+        self.inner.workers.lock().unwrap().live.len()
     }
 
     /// `prober_probe_total` in the Prometheus text format.
@@ -301,8 +444,23 @@ fn labels(kind: ProbeKind, result: ProbeResult, pod: &Pod, container: &str) -> [
     ]
 }
 
+/// Why a worker ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Exit {
+    /// Stopped by the manager (`remove_pod`, `stop_liveness_and_startup`), which
+    /// takes care of the results.
+    Stopped,
+    /// Ended for good on its own: the pod finished, the container terminated and will
+    /// not be restarted, or the pod is being deleted.
+    Done,
+}
+
 struct Worker {
     inner: Arc<Inner>,
+    key: WorkerKey,
+    generation: u64,
+    cancel: CancellationToken,
+    trigger: Arc<Notify>,
     pod: Pod,
     container: Container,
     kind: ProbeKind,
@@ -310,6 +468,10 @@ struct Worker {
     timing: Timing,
     /// The container instance being probed.
     container_id: Option<String>,
+    /// Whether the handler ran on this instance (triggers are ignored from then on).
+    probed: bool,
+    /// Leave the result in place when ending (the pod is being deleted).
+    keep_result: bool,
     last: ProbeResult,
     /// How many times in a row `last` came.
     run: u32,
@@ -320,58 +482,128 @@ struct Worker {
 }
 
 impl Worker {
-    async fn run(mut self, key: WorkerKey, cancel: CancellationToken) {
+    async fn run(mut self) {
+        let cancel = self.cancel.clone();
+        let trigger = self.trigger.clone();
         // Right after the node starts, spread the probes of the pods it finds over one
-        // period rather than running them all at once (the kubelet's jitter).
+        // period rather than running them all at once (the kubelet's jitter). A trigger
+        // meanwhile is kept for the first round.
         if self.inner.started.elapsed() < self.timing.period {
-            let spread = jitter(&key) * self.timing.period.as_secs_f64();
+            let spread = jitter(&self.key) * self.timing.period.as_secs_f64();
             tokio::select! {
-                () = cancel.cancelled() => return self.finish(&key),
+                () = cancel.cancelled() => return self.finish(Exit::Stopped),
                 () = tokio::time::sleep(Duration::from_secs_f64(spread)) => {}
             }
         }
         let mut ticker = tokio::time::interval(self.timing.period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        let exit = loop {
             tokio::select! {
-                () = cancel.cancelled() => break,
+                biased;
+                () = cancel.cancelled() => break Exit::Stopped,
                 _ = ticker.tick() => {}
+                () = trigger.notified() => {
+                    if !self.wants_trigger() {
+                        continue;
+                    }
+                }
             }
             let keep_going = tokio::select! {
-                () = cancel.cancelled() => break,
+                () = cancel.cancelled() => break Exit::Stopped,
                 go = self.probe_once() => go,
             };
             if !keep_going {
-                break;
+                break Exit::Done;
             }
-        }
-        self.finish(&key);
+        };
+        self.finish(exit);
     }
 
-    fn finish(&self, key: &WorkerKey) {
-        if let Some(id) = &self.container_id {
-            self.inner
+    /// Whether a trigger should run a probe now: the handler has not run on the
+    /// container's current instance (a new instance counts as not probed).
+    fn wants_trigger(&self) -> bool {
+        if !self.probed {
+            return true;
+        }
+        let current = self
+            .inner
+            .statuses
+            .status(uid(&self.pod))
+            .and_then(|s| find_status(&s, &self.container.name).and_then(instance_id));
+        current.is_some() && current != self.container_id
+    }
+
+    fn finish(&self, exit: Exit) {
+        if exit == Exit::Done
+            && !self.keep_result
+            && let Some(id) = &self.container_id
+        {
+            self.forget(id);
+        }
+        let mut workers = self.inner.workers.lock().unwrap();
+        let newer = match workers.live.get(&self.key) {
+            Some(h) if h.generation == self.generation => {
+                workers.live.remove(&self.key);
+                if exit == Exit::Done {
+                    let (pod_uid, container, kind) = &self.key;
+                    workers
+                        .ended
+                        .entry(pod_uid.clone())
+                        .or_default()
+                        .keys
+                        .insert((container.clone(), *kind));
+                }
+                false
+            }
+            Some(_) => true,
+            None => false,
+        };
+        // The series is the worker's, unless a newer worker of the same key took it
+        // over. The workers lock is held so that no newer worker starts meanwhile.
+        if !newer {
+            let (pod_uid, container, kind) = &self.key;
+            self.inner.forget_series(pod_uid, container, *kind);
+        }
+    }
+
+    /// Records a result; a stopped worker records nothing (the manager owns its
+    /// results from then on).
+    fn set(&self, id: &str, result: ProbeResult) {
+        let previous = {
+            let mut results = self.inner.results.lock().unwrap();
+            if self.cancel.is_cancelled() {
+                return;
+            }
+            results.insert(
+                (id.to_owned(), self.kind),
+                (result, uid(&self.pod).to_owned()),
+            )
+        };
+        if previous.map(|(r, _)| r) != Some(result) {
+            let _ = self.inner.updates.send(uid(&self.pod).to_owned());
+        }
+    }
+
+    fn forget(&self, id: &str) {
+        let mut results = self.inner.results.lock().unwrap();
+        if !self.cancel.is_cancelled() {
+            results.remove(&(id.to_owned(), self.kind));
+        }
+    }
+
+    /// Whether the instance has started: the status says so, or its startup probe
+    /// succeeded (fresher than the status, which the sync loop writes after), or the
+    /// container has no startup probe.
+    fn started(&self, cs: &ApiContainerStatus, id: &str) -> bool {
+        cs.started == Some(true)
+            || self.container.startup_probe.is_none()
+            || self
+                .inner
                 .results
                 .lock()
                 .unwrap()
-                .remove(&(id.clone(), self.kind));
-        }
-        let mut workers = self.inner.workers.lock().unwrap();
-        if workers.get(key).is_some_and(|c| !c.is_cancelled()) {
-            workers.remove(key);
-        }
-    }
-
-    fn set(&self, id: &str, result: ProbeResult) {
-        let previous = self
-            .inner
-            .results
-            .lock()
-            .unwrap()
-            .insert((id.to_owned(), self.kind), result);
-        if previous != Some(result) {
-            let _ = self.inner.updates.send(uid(&self.pod).to_owned());
-        }
+                .get(&(id.to_owned(), ProbeKind::Startup))
+                .is_some_and(|(r, _)| *r == ProbeResult::Success)
     }
 
     /// One probe, the kubelet's `doProbe`. `false` ends the worker.
@@ -385,22 +617,18 @@ impl Worker {
         let Some(cs) = find_status(&status, &self.container.name) else {
             return true;
         };
-        let Some(id) = cs
-            .container_id
-            .as_deref()
-            .and_then(|c| c.split_once("://").map(|(_, id)| id.to_owned()))
-            .filter(|id| !id.is_empty())
-        else {
+        let Some(id) = instance_id(cs) else {
             return true;
         };
         if self.container_id.as_deref() != Some(id.as_str()) {
             if let Some(old) = self.container_id.replace(id.clone()) {
-                self.inner.results.lock().unwrap().remove(&(old, self.kind));
+                self.forget(&old);
             }
             self.set(&id, self.kind.initial());
             self.last = ProbeResult::Unknown;
             self.run = 0;
             self.on_hold = false;
+            self.probed = false;
             // `startedAt` is wall-clock time; the delay is counted on the node's clock
             // from here on.
             let up = cs
@@ -416,7 +644,7 @@ impl Worker {
             return true;
         }
         let state = cs.state.clone().unwrap_or_default();
-        let Some(running) = state.running else {
+        if state.running.is_none() {
             self.set(&id, ProbeResult::Failure);
             let never = self
                 .pod
@@ -425,18 +653,19 @@ impl Worker {
                 .and_then(|s| s.restart_policy.as_deref())
                 == Some("Never");
             return !(state.terminated.is_some() && never);
-        };
+        }
         if self.pod.metadata.deletion_timestamp.is_some()
             && matches!(self.kind, ProbeKind::Liveness | ProbeKind::Startup)
         {
+            // A quiet shutdown: the result stays Success until the pod is removed.
             self.set(&id, ProbeResult::Success);
+            self.keep_result = true;
             return false;
         }
-        let _ = running;
         if Instant::now() < self.delay_until {
             return true;
         }
-        let started = cs.started == Some(true);
+        let started = self.started(cs, &id);
         match self.kind {
             ProbeKind::Startup if started => return true,
             ProbeKind::Liveness | ProbeKind::Readiness if !started => return true,
@@ -473,6 +702,20 @@ impl Worker {
                     warning: false,
                 },
             };
+        self.probed = true;
+        let name = self.kind.name();
+        if outcome.result == ProbeResult::Unknown {
+            // The probe errored: reported, but neither counted nor a result (the
+            // kubelet's doProbe returns on the error before recording anything).
+            self.inner.events.pod(
+                &self.pod,
+                Some(&self.container.name),
+                WARNING,
+                "Unhealthy",
+                format!("{name} probe errored: {}", outcome.output),
+            );
+            return true;
+        }
         *self
             .inner
             .counts
@@ -485,18 +728,7 @@ impl Worker {
                 &self.container.name,
             ))
             .or_default() += 1;
-        let name = self.kind.name();
         match outcome.result {
-            ProbeResult::Unknown => {
-                self.inner.events.pod(
-                    &self.pod,
-                    Some(&self.container.name),
-                    WARNING,
-                    "Unhealthy",
-                    format!("{name} probe errored: {}", outcome.output),
-                );
-                return true;
-            }
             ProbeResult::Failure => self.inner.events.pod(
                 &self.pod,
                 Some(&self.container.name),
@@ -511,7 +743,7 @@ impl Worker {
                 "ProbeWarning",
                 format!("{name} probe warning: {}", outcome.output),
             ),
-            ProbeResult::Success => {}
+            ProbeResult::Success | ProbeResult::Unknown => {}
         }
         if self.last == outcome.result {
             self.run += 1;
@@ -527,15 +759,30 @@ impl Worker {
             return true;
         }
         self.set(&id, outcome.result);
-        if matches!(self.kind, ProbeKind::Liveness | ProbeKind::Startup)
-            && outcome.result == ProbeResult::Failure
-        {
-            // The container is about to be killed; probe its next instance.
-            self.on_hold = true;
-            self.run = 0;
+        match (self.kind, outcome.result) {
+            (ProbeKind::Liveness | ProbeKind::Startup, ProbeResult::Failure) => {
+                // The container is about to be killed; probe its next instance.
+                self.on_hold = true;
+                self.run = 0;
+            }
+            (ProbeKind::Startup, ProbeResult::Success) => {
+                // Started: readiness and liveness need not wait for their next tick.
+                let (pod_uid, container, _) = &self.key;
+                self.inner.trigger(pod_uid, container, ProbeKind::Readiness);
+                self.inner.trigger(pod_uid, container, ProbeKind::Liveness);
+            }
+            _ => {}
         }
         true
     }
+}
+
+/// The runtime id of the container's current instance, if it has one.
+fn instance_id(cs: &ApiContainerStatus) -> Option<String> {
+    cs.container_id
+        .as_deref()
+        .and_then(|c| c.split_once("://").map(|(_, id)| id.to_owned()))
+        .filter(|id| !id.is_empty())
 }
 
 /// A container's status among the pod's regular and init containers.

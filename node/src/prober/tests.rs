@@ -339,6 +339,266 @@ async fn probes_of_a_finished_pod_end() {
     assert_eq!(h.probes.workers(), 0);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_stopped_worker_does_not_remove_its_successor() {
+    let script = Script::new(&[], ProbeResult::Success);
+    let h = harness(script);
+    let p =
+        pod(serde_json::json!({"readinessProbe": {"httpGet": {"port": 80}, "periodSeconds": 1}}));
+    h.start(&p, running("id1", true)).await;
+    h.run_for(2).await;
+    // Removed and added again before the old worker has seen its cancellation.
+    h.probes.remove_pod("u1");
+    h.probes.add_pod(&p);
+    assert_eq!(h.probes.workers(), 1);
+    h.run_for(3).await;
+    assert_eq!(
+        h.probes.workers(),
+        1,
+        "the old worker ended without taking the new one"
+    );
+    let calls = h.script.times(ProbeKind::Readiness).len();
+    h.run_for(3).await;
+    assert_eq!(h.script.times(ProbeKind::Readiness).len(), calls + 3);
+    assert_eq!(
+        h.result("id1", ProbeKind::Readiness),
+        Some(ProbeResult::Success)
+    );
+    assert!(
+        h.probes
+            .count(ProbeKind::Readiness, ProbeResult::Success, &p, "c")
+            >= 6,
+        "the new worker's series survived the old worker's end"
+    );
+    // Its own entry is still the one the manager stops.
+    h.probes.remove_pod("u1");
+    h.run_for(3).await;
+    assert_eq!(h.script.times(ProbeKind::Readiness).len(), calls + 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trigger_probes_an_unprobed_readiness_at_once() {
+    use ProbeResult::*;
+    let script = Script::new(&[], Success);
+    let h = harness(script);
+    let p = pod(serde_json::json!({"readinessProbe": {
+        "httpGet": {"port": 80}, "periodSeconds": 10, "initialDelaySeconds": 3,
+    }}));
+    h.start(&p, running("id1", true)).await;
+    let start = h.script.epoch.elapsed().as_secs();
+    h.run_for(5).await;
+    assert!(
+        h.script.times(ProbeKind::Readiness).is_empty(),
+        "in its delay"
+    );
+    assert_eq!(h.result("id1", ProbeKind::Readiness), Some(Failure));
+    h.probes.trigger_unprobed_readiness("u1", "c");
+    tokio::task::yield_now().await;
+    assert_eq!(h.result("id1", ProbeKind::Readiness), Some(Success));
+    // Probed: further triggers are ignored, the period is kept.
+    h.probes.trigger_unprobed_readiness("u1", "c");
+    h.run_for(1).await;
+    h.probes.trigger_unprobed_readiness("u1", "c");
+    h.run_for(15).await;
+    let times = since_start(h.script.times(ProbeKind::Readiness), start);
+    assert_eq!(times, [5, 10, 20]);
+    // A new instance (past its delay) is unprobed again: a trigger probes it at once.
+    let mut restarted = running("id2", true);
+    restarted.container_statuses.as_mut().unwrap()[0]
+        .state
+        .as_mut()
+        .unwrap()
+        .running
+        .as_mut()
+        .unwrap()
+        .started_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60),
+    ));
+    h.statuses.set(p.clone(), restarted);
+    h.run_for(1).await;
+    h.probes.trigger_unprobed_readiness("u1", "c");
+    tokio::task::yield_now().await;
+    let times = since_start(h.script.times(ProbeKind::Readiness), start);
+    assert_eq!(times, [5, 10, 20, 22], "not at the next tick (30)");
+    assert_eq!(h.result("id2", ProbeKind::Readiness), Some(Success));
+    assert_eq!(h.result("id1", ProbeKind::Readiness), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_startup_success_wakes_readiness_and_liveness() {
+    use ProbeResult::*;
+    let script = Script::new(&[Failure], Success);
+    let h = harness(script);
+    let p = pod(serde_json::json!({
+        "startupProbe": {"tcpSocket": {"port": 80}, "periodSeconds": 2, "failureThreshold": 30},
+        "readinessProbe": {"httpGet": {"port": 80}, "periodSeconds": 10},
+        "livenessProbe": {"exec": {"command": ["check"]}, "periodSeconds": 10},
+    }));
+    // The status still says not started: the startup result is fresher.
+    h.start(&p, running("id1", false)).await;
+    let start = h.script.epoch.elapsed().as_secs();
+    h.run_for(3).await;
+    assert_eq!(
+        since_start(h.script.times(ProbeKind::Startup), start),
+        [0, 2]
+    );
+    assert_eq!(
+        since_start(h.script.times(ProbeKind::Readiness), start),
+        [2]
+    );
+    assert_eq!(since_start(h.script.times(ProbeKind::Liveness), start), [2]);
+    assert_eq!(h.result("id1", ProbeKind::Readiness), Some(Success));
+    h.run_for(10).await;
+    assert_eq!(
+        since_start(h.script.times(ProbeKind::Startup), start),
+        [0, 2]
+    );
+    assert_eq!(
+        since_start(h.script.times(ProbeKind::Readiness), start),
+        [2, 10]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_terminating_pod_keeps_readiness_and_quiets_liveness_and_startup() {
+    use ProbeResult::*;
+    // Startup never succeeds; readiness and liveness wait for it.
+    let script = Script::new(&[], Failure);
+    let h = harness(script);
+    let p = pod(serde_json::json!({
+        "startupProbe": {"tcpSocket": {"port": 80}, "periodSeconds": 1, "failureThreshold": 100},
+        "readinessProbe": {"httpGet": {"port": 80}, "periodSeconds": 1},
+        "livenessProbe": {"exec": {"command": ["check"]}, "periodSeconds": 1},
+    }));
+    h.start(&p, running("id1", false)).await;
+    h.run_for(3).await;
+    assert_eq!(h.probes.workers(), 3);
+    assert_eq!(h.result("id1", ProbeKind::Startup), Some(Unknown));
+    assert!(h.probes.count(ProbeKind::Startup, Failure, &p, "c") > 0);
+    h.probes.stop_liveness_and_startup("u1");
+    assert_eq!(h.probes.workers(), 1);
+    // A quiet shutdown: nothing to kill, and the container counts as started.
+    assert_eq!(h.result("id1", ProbeKind::Startup), Some(Success));
+    assert_eq!(h.result("id1", ProbeKind::Liveness), Some(Success));
+    assert_eq!(h.probes.count(ProbeKind::Startup, Failure, &p, "c"), 0);
+    let startup = h.script.times(ProbeKind::Startup).len();
+    // Syncs go on while it terminates; they start nothing again.
+    h.probes.add_pod(&p);
+    h.run_for(5).await;
+    h.probes.add_pod(&p);
+    assert_eq!(h.probes.workers(), 1);
+    assert_eq!(h.script.times(ProbeKind::Startup).len(), startup);
+    assert!(h.script.times(ProbeKind::Liveness).is_empty());
+    assert!(
+        h.script.times(ProbeKind::Readiness).len() >= 5,
+        "readiness runs while the pod terminates"
+    );
+    assert_eq!(h.result("id1", ProbeKind::Readiness), Some(Failure));
+    assert_eq!(h.result("id1", ProbeKind::Liveness), Some(Success));
+    // Terminated: everything goes, and the pod could start afresh.
+    h.probes.remove_pod("u1");
+    assert_eq!(h.probes.workers(), 0);
+    for kind in ProbeKind::ALL {
+        assert_eq!(h.result("id1", kind), None, "{kind:?}");
+    }
+    h.probes.add_pod(&p);
+    assert_eq!(h.probes.workers(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn errored_probes_are_neither_counted_nor_a_result() {
+    use ProbeResult::*;
+    let script = Script::new(&[Unknown, Unknown], Success);
+    let h = harness(script);
+    let p = pod(serde_json::json!({"readinessProbe": {
+        "httpGet": {"port": 80}, "periodSeconds": 1, "failureThreshold": 1,
+    }}));
+    h.start(&p, running("id1", true)).await;
+    h.run_for(2).await;
+    assert_eq!(h.script.times(ProbeKind::Readiness).len(), 2);
+    assert_eq!(
+        h.result("id1", ProbeKind::Readiness),
+        Some(Failure),
+        "initial"
+    );
+    for result in [Unknown, Failure, Success] {
+        assert_eq!(h.probes.count(ProbeKind::Readiness, result, &p, "c"), 0);
+    }
+    assert!(!h.probes.metrics_text().contains("result=\"unknown\""));
+    h.run_for(1).await;
+    assert_eq!(h.result("id1", ProbeKind::Readiness), Some(Success));
+    assert_eq!(h.probes.count(ProbeKind::Readiness, Success, &p, "c"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_workers_series_go_with_it() {
+    use ProbeResult::*;
+    let script = Script::new(&[Failure], Success);
+    let h = harness(script);
+    let p =
+        pod(serde_json::json!({"readinessProbe": {"httpGet": {"port": 80}, "periodSeconds": 1}}));
+    let mut other = p.clone();
+    other.metadata.name = Some("q".into());
+    other.metadata.uid = Some("u2".into());
+    h.start(&p, running("id1", true)).await;
+    h.statuses.set(other.clone(), running("id2", true));
+    h.probes.add_pod(&other);
+    h.run_for(3).await;
+    let metrics = h.probes.metrics_text();
+    assert!(
+        metrics.contains(r#"pod_uid="u1",probe_type="Readiness",result="failed"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"pod_uid="u1",probe_type="Readiness",result="successful"}"#),
+        "{metrics}"
+    );
+    h.probes.remove_pod("u1");
+    let gone = |h: &Harness| !h.probes.metrics_text().contains("pod_uid=\"u1\"");
+    assert!(gone(&h), "{}", h.probes.metrics_text());
+    h.run_for(3).await;
+    assert!(gone(&h), "{}", h.probes.metrics_text());
+    assert!(
+        h.probes.metrics_text().contains("pod_uid=\"u2\""),
+        "another pod's stay"
+    );
+    // A worker that ends on its own takes its series too.
+    let mut done = running("id2", true);
+    done.phase = Some("Succeeded".into());
+    h.statuses.set(other.clone(), done);
+    h.run_for(2).await;
+    assert_eq!(h.probes.workers(), 0);
+    assert!(!h.probes.metrics_text().contains("pod_uid=\"u2\""));
+}
+
+#[tokio::test(start_paused = true)]
+async fn add_pod_is_idempotent_and_does_not_revive_a_never_container() {
+    let script = Script::new(&[], ProbeResult::Success);
+    let h = harness(script);
+    let mut p =
+        pod(serde_json::json!({"readinessProbe": {"httpGet": {"port": 80}, "periodSeconds": 1}}));
+    p.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+    h.start(&p, running("id1", true)).await;
+    for _ in 0..5 {
+        h.probes.add_pod(&p);
+    }
+    assert_eq!(h.probes.workers(), 1);
+    h.run_for(3).await;
+    assert_eq!(h.script.times(ProbeKind::Readiness).len(), 3, "one worker");
+    let mut exited = running("id1", true);
+    exited.container_statuses.as_mut().unwrap()[0].state =
+        Some(serde_json::from_value(serde_json::json!({"terminated": {"exitCode": 0}})).unwrap());
+    h.statuses.set(p.clone(), exited);
+    h.run_for(2).await;
+    assert_eq!(h.probes.workers(), 0, "the container will not run again");
+    h.probes.add_pod(&p);
+    h.run_for(2).await;
+    assert_eq!(h.probes.workers(), 0, "not started again");
+    h.probes.remove_pod("u1");
+    h.probes.add_pod(&p);
+    assert_eq!(h.probes.workers(), 1, "forgotten with the pod");
+}
+
 #[test]
 fn timing_defaults_are_the_kubelets() {
     let t = Timing::of(&Probe::default());
