@@ -12,6 +12,7 @@ pub mod allocatable;
 pub mod backoff;
 pub mod cli;
 pub mod cluster;
+pub mod cm;
 pub mod config;
 pub mod duration;
 pub mod env;
