@@ -91,6 +91,15 @@ pub struct NodeFlags {
     /// How often the manifest URL is checked (e.g. 20s).
     #[arg(long, value_name = "DURATION")]
     pub http_check_frequency: Option<String>,
+    /// `cgroupfs` or `systemd` naming of the node's cgroups.
+    #[arg(long, value_name = "DRIVER")]
+    pub cgroup_driver: Option<String>,
+    /// The cgroup the node's `kubepods` hierarchy lives under (default `/`).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup_root: Option<String>,
+    /// Make the QoS and pod cgroup hierarchy (default true).
+    #[arg(long, value_name = "BOOL")]
+    pub cgroups_per_qos: Option<bool>,
 }
 
 /// The fields of `KubeletConfiguration` (kubelet.config.k8s.io/v1beta1) wasmlet reads.
@@ -129,6 +138,16 @@ struct KubeletConfiguration {
     node_lease_duration_seconds: Option<i64>,
     register_node: Option<bool>,
     register_with_taints: Option<Vec<k8s_openapi::api::core::v1::Taint>>,
+    cgroup_driver: Option<String>,
+    cgroup_root: Option<String>,
+    #[serde(rename = "cgroupsPerQOS")]
+    cgroups_per_qos: Option<bool>,
+    #[serde(rename = "cpuCFSQuota")]
+    cpu_cfs_quota: Option<bool>,
+    #[serde(rename = "cpuCFSQuotaPeriod")]
+    cpu_cfs_quota_period: Option<String>,
+    pod_pids_limit: Option<i64>,
+    enforce_node_allocatable: Option<Vec<String>>,
     wasmlet: Option<WasmletSection>,
     #[serde(flatten)]
     other: BTreeMap<String, serde_json::Value>,
@@ -212,6 +231,22 @@ pub struct NodeConfig {
     pub manifest_url: Option<ManifestUrl>,
     pub sandbox_program: PathBuf,
     pub sandbox_args: Vec<String>,
+    /// The QoS and pod cgroups; `None` with `cgroupsPerQOS: false`.
+    pub cgroups: Option<CgroupSettings>,
+}
+
+/// How the node lays out and enforces its cgroups.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CgroupSettings {
+    pub driver: crate::cm::cgroup::Driver,
+    /// The cgroup `kubepods` lives under, `/` by default.
+    pub root: String,
+    pub cpu_cfs_quota: bool,
+    pub cpu_cfs_quota_period: Duration,
+    /// `podPidsLimit`; `None` is unlimited.
+    pub pod_pids_limit: Option<i64>,
+    /// `enforceNodeAllocatable` (`pods` limits `kubepods` to the allocatable).
+    pub enforce_node_allocatable: Vec<String>,
 }
 
 /// How to reach the CRI runtime.
@@ -479,6 +514,65 @@ impl NodeFlags {
             eviction_hard,
         };
 
+        let cgroups = if self
+            .cgroups_per_qos
+            .or(file.cgroups_per_qos)
+            .unwrap_or(true)
+        {
+            let driver_name = self
+                .cgroup_driver
+                .clone()
+                .or(file.cgroup_driver.clone())
+                .unwrap_or_else(|| "cgroupfs".into());
+            let driver = driver_name.parse().unwrap_or_else(|_| {
+                errors.push(format!(
+                    "cgroupDriver: {driver_name:?} is neither cgroupfs nor systemd"
+                ));
+                crate::cm::cgroup::Driver::Cgroupfs
+            });
+            let root = self
+                .cgroup_root
+                .clone()
+                .or(file.cgroup_root.clone())
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| "/".into());
+            if !root.starts_with('/') {
+                errors.push(format!(
+                    "cgroupRoot: {root:?} is not an absolute cgroup path"
+                ));
+            }
+            let period = match file.cpu_cfs_quota_period.as_deref().map(duration::parse) {
+                None => Duration::from_millis(100),
+                Some(Ok(d)) if d >= Duration::from_millis(1) && d <= Duration::from_secs(1) => d,
+                Some(_) => {
+                    errors.push("cpuCFSQuotaPeriod: must be between 1ms and 1s".into());
+                    Duration::from_millis(100)
+                }
+            };
+            let enforce = file
+                .enforce_node_allocatable
+                .clone()
+                .unwrap_or_else(|| vec!["pods".into()]);
+            for e in &enforce {
+                if !matches!(
+                    e.as_str(),
+                    "pods" | "none" | "system-reserved" | "kube-reserved"
+                ) {
+                    errors.push(format!("enforceNodeAllocatable: {e:?} is not pods, system-reserved, kube-reserved or none"));
+                }
+            }
+            Some(CgroupSettings {
+                driver,
+                root,
+                cpu_cfs_quota: file.cpu_cfs_quota.unwrap_or(true),
+                cpu_cfs_quota_period: period,
+                pod_pids_limit: file.pod_pids_limit.filter(|n| *n > 0),
+                enforce_node_allocatable: enforce,
+            })
+        } else {
+            None
+        };
+
         let node_name = match &self.hostname_override {
             Some(n) => n.trim().to_lowercase(),
             None => hostname().to_lowercase(),
@@ -653,6 +747,7 @@ impl NodeFlags {
             manifest_url,
             sandbox_program,
             sandbox_args,
+            cgroups,
         })
     }
 }

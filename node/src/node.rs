@@ -147,6 +147,21 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
         }
         Err(e) => tracing::warn!("cannot read the machine's resources: {e}"),
     }
+    let container_manager = match (&config.cgroups, &machine) {
+        (Some(settings), Some(m)) => {
+            let cm =
+                crate::cm::ContainerManager::new(cgroup_config(settings, m, &config.reservations))
+                    .context("cgroups")?;
+            cm.start()
+                .with_context(|| format!("creating the node's cgroups under {}", settings.root))?;
+            tracing::info!(root = %settings.root, driver = %settings.driver, "pod cgroups enforced");
+            Some(Arc::new(cm))
+        }
+        (Some(_), None) => {
+            anyhow::bail!("cgroupsPerQOS needs the machine's resources, which could not be read")
+        }
+        (None, _) => None,
+    };
     let wasm = WasmRuntime::new(WasmRuntimeConfig {
         image_dir: config.image_store_dir(),
         compile_cache_dir: config.compile_cache_dir(),
@@ -155,6 +170,9 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
             program: config.sandbox_program.clone(),
             args: config.sandbox_args.clone(),
         },
+        cgroup_mount_root: std::path::PathBuf::from(
+            wasmlet_runtime_wasm::cgroup::DEFAULT_MOUNT_ROOT,
+        ),
     })
     .context("starting the Wasm runtime")?;
     import_drop_dir(wasm.images(), &config.image_drop_dir());
@@ -286,6 +304,9 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
             client: client.clone(),
             services: services.clone(),
         }));
+    }
+    if let Some(cm) = &container_manager {
+        syncer = syncer.with_cgroups(cm.clone());
     }
     let syncer = Arc::new(syncer);
     let loop_health = LoopHealth::default();
@@ -530,4 +551,42 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     }
     drop(lock);
     Ok(())
+}
+
+/// The container manager's settings from the node's configuration and machine.
+fn cgroup_config(
+    settings: &crate::config::CgroupSettings,
+    machine: &crate::machine::MachineInfo,
+    reservations: &crate::allocatable::Reservations,
+) -> crate::cm::Config {
+    use crate::cm::formulas::NodeResources;
+    let resources = |map: &std::collections::BTreeMap<
+        String,
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    >| NodeResources {
+        milli_cpu: map
+            .get("cpu")
+            .and_then(|q| crate::quantity::parse(q).ok())
+            .map(|cores| (cores * 1000.0).ceil() as u64)
+            .unwrap_or(0),
+        memory_bytes: map
+            .get("memory")
+            .and_then(|q| crate::quantity::bytes(q).ok())
+            .unwrap_or(0),
+    };
+    crate::cm::Config {
+        driver: settings.driver,
+        cgroup_root: settings.root.clone(),
+        mount_root: std::path::PathBuf::from("/sys/fs/cgroup"),
+        cpu_cfs_quota: settings.cpu_cfs_quota,
+        cpu_cfs_quota_period_us: settings.cpu_cfs_quota_period.as_micros() as u64,
+        pod_pids_limit: settings.pod_pids_limit,
+        enforce_node_allocatable: settings.enforce_node_allocatable.clone(),
+        capacity: NodeResources {
+            milli_cpu: u64::from(machine.cpus) * 1000,
+            memory_bytes: machine.memory_bytes,
+        },
+        kube_reserved: resources(&reservations.kube_reserved),
+        system_reserved: resources(&reservations.system_reserved),
+    }
 }

@@ -113,6 +113,10 @@ pub struct PodState {
     pub probe_results: BTreeMap<(String, crate::prober::ProbeKind), crate::prober::ProbeResult>,
 }
 
+/// The memory a Wasm pod's sandbox process needs besides its guests, charged to the
+/// pod cgroup as a RuntimeClass `overhead` would be (docs/decisions.md).
+pub const WASM_SANDBOX_OVERHEAD: &str = "64Mi";
+
 /// How often ConfigMap, Secret and downward API volumes are rewritten.
 const CONTENT_REFRESH: Duration = Duration::from_secs(60);
 
@@ -145,6 +149,8 @@ pub struct PodSyncer {
     allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
     /// Liveness, readiness and startup results.
     probes: Option<crate::prober::ProbeManager>,
+    /// The QoS and pod cgroups; `None` without `cgroupsPerQOS`.
+    cgroups: Option<Arc<crate::cm::ContainerManager>>,
 }
 
 /// The restart policy of a pod, defaulting to `Always`.
@@ -238,7 +244,68 @@ impl PodSyncer {
             allocatable: BTreeMap::new(),
             pods_dir: None,
             probes: None,
+            cgroups: None,
         }
+    }
+
+    /// Puts every pod in a pod cgroup of `cm`'s hierarchy.
+    pub fn with_cgroups(mut self, cm: Arc<crate::cm::ContainerManager>) -> Self {
+        self.cgroups = Some(cm);
+        self
+    }
+
+    /// The container manager, for housekeeping.
+    pub fn cgroups(&self) -> Option<&Arc<crate::cm::ContainerManager>> {
+        self.cgroups.as_ref()
+    }
+
+    /// The pod as its cgroup sizes it: a Wasm pod's sandbox process (the runtime, its
+    /// compiled code and the pod's stores) is charged to the pod cgroup beside its
+    /// containers, so a Wasm pod without `spec.overhead` gets [`WASM_SANDBOX_OVERHEAD`],
+    /// as a RuntimeClass's overhead would add it.
+    fn cgroup_view(&self, pod: &Pod, wasm: bool) -> Pod {
+        let mut pod = pod.clone();
+        if wasm
+            && let Some(spec) = pod.spec.as_mut()
+            && spec.overhead.is_none()
+        {
+            spec.overhead = Some(BTreeMap::from([(
+                "memory".to_owned(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+                    WASM_SANDBOX_OVERHEAD.into(),
+                ),
+            )]));
+        }
+        pod
+    }
+
+    /// Creates (or updates) the pod's cgroup before its sandbox: its parent for the
+    /// runtime, and the oom_score_adj of its sandbox process (Wasm: the lowest of its
+    /// containers', since that process runs them all).
+    fn pod_cgroup(&self, pod: &Pod, wasm: bool) -> Result<(Option<String>, Option<i64>), String> {
+        let Some(cm) = &self.cgroups else {
+            return Ok((None, None));
+        };
+        let view = self.cgroup_view(pod, wasm);
+        cm.ensure_pod(&view)
+            .map_err(|e| format!("pod cgroup: {e}"))?;
+        if let Err(e) = cm.update_qos() {
+            tracing::warn!(pod = %full_name(pod), "updating the QoS cgroups: {e}");
+        }
+        let parent = cm
+            .cgroup_parent(&view)
+            .map_err(|e| format!("pod cgroup: {e}"))?;
+        let oom = pod
+            .spec
+            .iter()
+            .flat_map(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+            })
+            .map(|c| cm.oom_score_adj(pod, c))
+            .min();
+        Ok((Some(parent), oom))
     }
 
     /// Reads probe results from `probes`: a failed liveness or startup probe restarts
@@ -573,6 +640,13 @@ impl PodSyncer {
                 }
             }
             let mut config = self.sandbox_config(pod, st);
+            match self.pod_cgroup(pod, runtime.name() == "wasm") {
+                Ok((parent, oom)) => {
+                    config.cgroup_parent = parent;
+                    config.oom_score_adj = oom;
+                }
+                Err(message) => return self.not_started(pod, st, message),
+            }
             match podspec::dns_config(pod, &self.dns) {
                 Ok(dns) => config.dns = Some(dns),
                 Err(e) => {
@@ -989,6 +1063,19 @@ impl PodSyncer {
             crate::volumes::tear_down(&dir.join(uid(pod)));
             let _ = std::fs::remove_dir_all(dir.join(uid(pod)));
         }
+        if let Some(cm) = self.cgroups.clone() {
+            // Whatever is left in it is killed first (it can take a few seconds).
+            let id = uid(pod).to_owned();
+            let removed = tokio::task::spawn_blocking(move || {
+                let r = cm.remove_pod(&id);
+                let _ = cm.update_qos();
+                r
+            })
+            .await;
+            if let Ok(Err(e)) = removed {
+                tracing::warn!(pod = %full_name(pod), "removing the pod cgroup: {e}");
+            }
+        }
         let prefix = format!("{}/", uid(pod));
         self.restart_backoff.lock().unwrap().forget_prefix(&prefix);
         self.image_backoff.lock().unwrap().forget_prefix(&prefix);
@@ -1278,6 +1365,7 @@ impl PodSyncer {
             annotations: pod.metadata.annotations.clone().unwrap_or_default(),
             runtime_handler: st.handler.clone(),
             cgroup_parent: None,
+            oom_score_adj: None,
             host_network: spec.host_network.unwrap_or(false),
             host_pid: spec.host_pid.unwrap_or(false),
             host_ipc: spec.host_ipc.unwrap_or(false),
@@ -1694,7 +1782,7 @@ impl PodSyncer {
                 cpu_quota: cpu_quota.map(|(quota, _)| quota),
                 cpu_period: cpu_quota.map(|(_, period)| period),
                 memory_limit_bytes,
-                oom_score_adj: None,
+                oom_score_adj: self.cgroups.as_ref().map(|cm| cm.oom_score_adj(pod, c)),
             },
             devices: Vec::new(),
             security: podspec::container_security(&spec, c),

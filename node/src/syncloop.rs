@@ -412,9 +412,28 @@ impl SyncLoop {
             .collect();
         // A worker that is terminating owns its sandbox until it is done.
         let active: HashSet<String> = self.workers.uids().collect();
-        // Directories of pods that are gone (here, where no worker can start meanwhile).
+        // Directories and cgroups of pods that are gone, chosen here where no worker
+        // can start meanwhile (the cgroups are removed in the background: what is left
+        // in them is killed first).
         let live: HashSet<String> = known.union(&active).cloned().collect();
         self.syncer.remove_orphaned_pod_dirs(&live);
+        if let Some(cm) = self.syncer.cgroups().cloned() {
+            let orphans: Vec<String> = cm
+                .pod_cgroups()
+                .map(|m| m.into_keys().filter(|u| !live.contains(u)).collect())
+                .unwrap_or_default();
+            if !orphans.is_empty() {
+                tokio::task::spawn_blocking(move || {
+                    for id in orphans {
+                        tracing::info!(pod_uid = %id, "removing an orphaned pod cgroup");
+                        if let Err(e) = cm.remove_pod(&id) {
+                            tracing::warn!(pod_uid = %id, "removing an orphaned pod cgroup: {e}");
+                        }
+                    }
+                    let _ = cm.update_qos();
+                });
+            }
+        }
         let router = self.router.clone();
         let flag = self.housekeeping_running.clone();
         tokio::spawn(async move {

@@ -5,6 +5,7 @@
 //! Tests run one node at a time (see [`start`]): timing assertions then measure the
 //! node, not the other tests sharing two cores.
 
+mod cgroups;
 mod cli;
 mod cluster;
 mod cri;

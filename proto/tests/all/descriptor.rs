@@ -214,6 +214,7 @@ fn streaming_rpcs_are_server_streaming_only() {
         [
             "runtime.v1.RuntimeService/GetContainerEvents",
             "v1beta1.DevicePlugin/ListAndWatch",
+            "grpc.health.v1.Health/Watch",
         ]
     );
 }

@@ -56,6 +56,10 @@ pub struct PodSandboxConfig {
     pub runtime_handler: String,
     /// The pod's cgroup, if the node manages cgroups.
     pub cgroup_parent: Option<String>,
+    /// The `oom_score_adj` of the pod's processes, for runtimes whose sandbox process
+    /// runs the containers itself, like the Wasm runtime. CRI ignores it: a CRI
+    /// runtime sets each container's own score from the container's config.
+    pub oom_score_adj: Option<i64>,
     /// `hostNetwork`: the node's network namespace.
     pub host_network: bool,
     /// `hostPID`: the node's PID namespace.

@@ -723,6 +723,7 @@ mod tests {
             annotations: [("a".to_owned(), "b".to_owned())].into(),
             runtime_handler: String::new(),
             cgroup_parent: Some("/kubepods/burstable/poduid-1".into()),
+            oom_score_adj: None,
             host_network: true,
             host_pid: false,
             host_ipc: true,

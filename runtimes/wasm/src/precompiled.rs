@@ -1,4 +1,5 @@
-//! Loading precompiled artifacts: the one place this crate uses `unsafe`.
+//! Loading precompiled artifacts: one of the two places this crate uses `unsafe` (the
+//! other is [`crate::sys`]).
 #![allow(unsafe_code)] // reason: wasmtime's deserialize is unsafe; see the SAFETY note below.
 
 use std::path::Path;

@@ -7,6 +7,16 @@
 //! `sandbox.sock` and `sandbox.log` (the process's stderr). A node that restarts after
 //! a crash finds them there ([`WasmRuntime::restore`]), connects again and asks each
 //! sandbox for its containers' states, so that its pods are adopted, not rerun.
+//!
+//! **Cgroups.** With a `cgroup_parent` the sandbox process is started in that pod cgroup
+//! (it joins between `fork` and `exec`, see [`crate::cgroup`]), and with an
+//! `oom_score_adj` it gets that score right after it is spawned; both happen before the
+//! sandbox can receive a Create request, so no guest ever runs outside them. The whole
+//! pod shares the one cgroup: its containers are async tasks on the sandbox's shared
+//! thread pool, which no per-container cgroup could hold (a task moves between threads,
+//! and v1 charges memory per process). A container's memory limit is enforced by its
+//! wasmtime store's limiter; the containers' CPU limits add up to the pod cgroup's CFS
+//! quota. An adopted sandbox is already in place.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -30,6 +40,7 @@ use wasmlet_runtime::{
     Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion, SandboxState,
 };
 
+use crate::cgroup::{self, PodCgroup};
 use crate::image::{ImageError, ImageStore, StoredImage};
 use crate::protocol::{
     ContainerReport, ContainerSpec, ErrorKind, ExecOutput, Exit, KILLED_EXIT_CODE, Message, Op,
@@ -59,6 +70,9 @@ pub struct WasmRuntimeConfig {
     /// Where each sandbox keeps its socket, log and the node's record of it.
     pub state_dir: PathBuf,
     pub sandbox: SandboxCommand,
+    /// Where the cgroup filesystem is mounted, [`cgroup::DEFAULT_MOUNT_ROOT`] on a node;
+    /// a pod's `cgroup_parent` is found below it.
+    pub cgroup_mount_root: PathBuf,
 }
 
 /// The native Wasm runtime.
@@ -642,6 +656,15 @@ fn new_id() -> String {
     hex::encode(h.finalize())
 }
 
+fn cgroup_error(e: cgroup::Error) -> Error {
+    match e {
+        cgroup::Error::InvalidParent { .. } => Error::InvalidArgument(e.to_string()),
+        // The node makes the pod cgroup before the sandbox; it retries after it has.
+        cgroup::Error::Missing { .. } => Error::FailedPrecondition(e.to_string()),
+        cgroup::Error::Io { .. } => Error::Internal(e.to_string()),
+    }
+}
+
 fn image_error(image: &str, e: ImageError) -> Error {
     match e {
         ImageError::NotFound(_) => Error::not_found("image", image),
@@ -687,6 +710,22 @@ impl Runtime for WasmRuntime {
                 socket.display()
             )));
         }
+        if let Some(adj) = config.oom_score_adj
+            && !cgroup::OOM_SCORE_ADJ_RANGE.contains(&adj)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "oom_score_adj {adj} is outside {:?}",
+                cgroup::OOM_SCORE_ADJ_RANGE
+            )));
+        }
+        // Opened before anything is made: a pod cgroup that is missing leaves nothing.
+        let pod_cgroup = match &config.cgroup_parent {
+            Some(parent) => Some(
+                PodCgroup::open(&self.inner.config.cgroup_mount_root, parent)
+                    .map_err(cgroup_error)?,
+            ),
+            None => None,
+        };
         let internal = |what: &str, e: std::io::Error| {
             Error::Internal(format!("{what} {}: {e}", dir.display()))
         };
@@ -694,7 +733,8 @@ impl Runtime for WasmRuntime {
         let log = std::fs::File::create(dir.join("sandbox.log"))
             .map_err(|e| internal("creating the sandbox log in", e))?;
         let cmd = &self.inner.config.sandbox;
-        let mut child = Command::new(&cmd.program)
+        let mut command = Command::new(&cmd.program);
+        command
             .args(&cmd.args)
             .arg("--cache-dir")
             .arg(&self.inner.config.compile_cache_dir)
@@ -710,15 +750,42 @@ impl Runtime for WasmRuntime {
             .process_group(0)
             // Tests that drop a runtime take its sandboxes with it; a node that dies
             // runs no destructors, and its sandboxes live on to be adopted.
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| {
-                let _ = std::fs::remove_dir_all(&dir);
-                Error::Internal(format!(
-                    "cannot start sandbox process {}: {e}",
-                    cmd.program.display()
-                ))
-            })?;
+            .kill_on_drop(true);
+        let cgroup_parent = pod_cgroup.as_ref().map(|c| c.parent().to_owned());
+        if let Some(pod_cgroup) = pod_cgroup {
+            let files: Vec<_> = pod_cgroup.procs_paths().collect();
+            tracing::debug!(pod = %config.metadata.uid, ?files, "the sandbox joins its pod cgroup");
+            pod_cgroup.join_on_spawn(&mut command);
+        }
+        let spawned = command.spawn();
+        // Closes the pod cgroup's files the child wrote to.
+        drop(command);
+        let mut child = spawned.map_err(|e| {
+            let _ = std::fs::remove_dir_all(&dir);
+            let placed = match &cgroup_parent {
+                Some(parent) => format!(" in pod cgroup {parent}"),
+                None => String::new(),
+            };
+            Error::Internal(format!(
+                "cannot start sandbox process {}{placed}: {e}",
+                cmd.program.display()
+            ))
+        })?;
+        // Before the sandbox is even listening, so before any guest can run.
+        if let (Some(adj), Some(pid)) = (config.oom_score_adj, child.id()) {
+            match cgroup::set_oom_score_adj(pid, adj) {
+                Ok(_) => {}
+                // Gone already: the wait below reports how it ended.
+                Err(cgroup::Error::Io { source, .. })
+                    if source.raw_os_error() == Some(nix::errno::Errno::ESRCH as i32)
+                        || source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    let _ = child.start_kill();
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(Error::Internal(format!("sandbox process {pid}: {e}")));
+                }
+            }
+        }
         let created_at = Timestamp::now();
         let record = SandboxFile {
             id: id.clone(),

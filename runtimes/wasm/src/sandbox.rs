@@ -13,6 +13,10 @@
 //! the process down (the kernel's OOM killer, a crash in the host) ends this pod's
 //! sandbox only — the node sees the connection close and reports it.
 //!
+//! The node starts the process already in the pod's cgroup, with the pod's
+//! `oom_score_adj` ([`crate::cgroup`]): all of a pod's containers share that one cgroup,
+//! since they are tasks on this process's thread pool, not processes of their own.
+//!
 //! An exec ([`Op::Exec`]: exec probes, exec lifecycle hooks) runs a *new instance* of
 //! a running container's own program — the module or component its image holds, already
 //! linked when the container was created — in this process, with the exec's command as

@@ -41,6 +41,7 @@
 //! ```
 
 mod cleanup;
+pub(crate) use cleanup::remove_cgroup_tree;
 pub mod images;
 
 use std::fmt;

@@ -60,6 +60,8 @@ pub struct TestNode {
     pub read_only_port: u16,
     pub healthz_port: u16,
     pub node_name: String,
+    /// The node's `cgroupRoot` (`/wasmlet-e2e-<pid>-<n>`): its `kubepods` is below it.
+    pub cgroup_root: String,
     stderr_path: PathBuf,
     binary: PathBuf,
     args: Vec<std::ffi::OsString>,
@@ -127,6 +129,13 @@ impl TestNode {
         }
         let read_only_port = free_port();
         let healthz_port = free_port();
+        // Every node's cgroups under a root of its own, removed when it is dropped.
+        static NODES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let cgroup_root = format!(
+            "/wasmlet-e2e-{}-{}",
+            std::process::id(),
+            NODES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let config = dir.path().join("config.yaml");
         std::fs::write(
             &config,
@@ -137,6 +146,7 @@ impl TestNode {
                  readOnlyPort: {read_only_port}\n\
                  healthzPort: {healthz_port}\n\
                  fileCheckFrequency: 2s\n\
+                 cgroupRoot: {cgroup_root}\n\
                  podLogsDir: {}\n\
                  wasmlet:\n  housekeepingInterval: 1s\n  restartBackoff:\n    initial: {}ms\n    max: {}ms\n",
                 logs.display(),
@@ -164,6 +174,7 @@ impl TestNode {
             read_only_port,
             healthz_port,
             node_name: opts.node_name,
+            cgroup_root,
             stderr_path,
             binary: binary.to_owned(),
             args,
@@ -379,6 +390,14 @@ impl Drop for TestNode {
     fn drop(&mut self) {
         let sandboxes = self.sandbox_pids();
         self.stop();
+        // Whatever is left in the node's cgroups (containers of pods still running
+        // in a container runtime) is killed, and the hierarchy removed.
+        if let Err(e) = crate::containerd::remove_cgroup_tree(&self.cgroup_root) {
+            eprintln!(
+                "wasmlet-testkit: removing cgroups under {}: {e:#}",
+                self.cgroup_root
+            );
+        }
         // A stopped node ends its sandboxes; make sure none is left behind.
         for p in sandboxes {
             if poll(Duration::from_secs(5), || {

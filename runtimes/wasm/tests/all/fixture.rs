@@ -14,6 +14,7 @@ use wasmlet_runtime::{
     ContainerConfig, ContainerMetadata, ContainerState, ContainerStatus, PodMetadata,
     PodSandboxConfig, Runtime,
 };
+use wasmlet_runtime_wasm::cgroup;
 use wasmlet_runtime_wasm::crilog::{self, Record, Stream};
 use wasmlet_runtime_wasm::image::ImageEntry;
 use wasmlet_runtime_wasm::{HANDLER, SandboxCommand, WasmRuntime, WasmRuntimeConfig};
@@ -45,17 +46,27 @@ pub fn example_wasm(name: &str) -> Vec<u8> {
 pub struct Fixture {
     pub runtime: WasmRuntime,
     dir: TempDir,
+    cgroup_mount_root: PathBuf,
 }
 
 impl Fixture {
     /// A runtime with an empty image store.
     pub fn new() -> Result<Self> {
-        let dir = tempfile::tempdir()?;
-        let runtime = WasmRuntime::new(Self::config(dir.path()))?;
-        Ok(Fixture { runtime, dir })
+        Self::with_cgroup_mount_root(Path::new(cgroup::DEFAULT_MOUNT_ROOT))
     }
 
-    fn config(dir: &Path) -> WasmRuntimeConfig {
+    /// A runtime with an empty image store that finds pod cgroups below `mount_root`.
+    pub fn with_cgroup_mount_root(mount_root: &Path) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let runtime = WasmRuntime::new(Self::config(dir.path(), mount_root))?;
+        Ok(Fixture {
+            runtime,
+            dir,
+            cgroup_mount_root: mount_root.to_owned(),
+        })
+    }
+
+    fn config(dir: &Path, cgroup_mount_root: &Path) -> WasmRuntimeConfig {
         WasmRuntimeConfig {
             image_dir: dir.join("images"),
             compile_cache_dir: dir.join("compile-cache"),
@@ -64,13 +75,17 @@ impl Fixture {
                 program: env!("CARGO_BIN_EXE_wasmlet-sandbox").into(),
                 args: vec![],
             },
+            cgroup_mount_root: cgroup_mount_root.to_owned(),
         }
     }
 
     /// A second runtime on the same directories, as the node's next run after a crash
     /// would make; call [`WasmRuntime::restore`] on it to adopt the sandboxes.
     pub fn reopen(&self) -> Result<WasmRuntime> {
-        Ok(WasmRuntime::new(Self::config(self.path()))?)
+        Ok(WasmRuntime::new(Self::config(
+            self.path(),
+            &self.cgroup_mount_root,
+        ))?)
     }
 
     /// A runtime with the named example images imported.
@@ -98,7 +113,18 @@ impl Fixture {
 
     /// Starts a pod sandbox named `name`, logging under `<tempdir>/logs/<name>`.
     pub async fn pod(&self, name: &str) -> Result<Pod> {
-        let config = PodSandboxConfig {
+        self.start_pod(self.pod_config(name)).await
+    }
+
+    /// Starts a pod sandbox with `config`.
+    pub async fn start_pod(&self, config: PodSandboxConfig) -> Result<Pod> {
+        let id = self.runtime.run_pod_sandbox(&config).await?;
+        Ok(Pod { id, config })
+    }
+
+    /// The config [`Fixture::pod`] starts a pod `name` with, for a test to add to.
+    pub fn pod_config(&self, name: &str) -> PodSandboxConfig {
+        PodSandboxConfig {
             metadata: PodMetadata {
                 name: name.into(),
                 namespace: "default".into(),
@@ -109,9 +135,7 @@ impl Fixture {
             log_directory: self.path().join("logs").join(name),
             runtime_handler: HANDLER.into(),
             ..Default::default()
-        };
-        let id = self.runtime.run_pod_sandbox(&config).await?;
-        Ok(Pod { id, config })
+        }
     }
 
     /// Creates and starts a container; returns its id.

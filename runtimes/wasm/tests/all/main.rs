@@ -3,11 +3,13 @@
 //! One test binary with a module per topic, so the link step is paid once:
 //! [`images`] (the image store), [`lifecycle`] (running the example guests),
 //! [`limits`] (memory limits, a sandbox dying), [`errors`] (missing images),
-//! [`exec`] (exec in running containers), [`adoption`] (a new node adopting sandboxes).
+//! [`exec`] (exec in running containers), [`adoption`] (a new node adopting sandboxes),
+//! [`cgroups`] (the sandbox in its pod cgroup, its `oom_score_adj`).
 //! [`fixture`] holds the shared setup: a runtime in a tempdir, a pod, and waits
 //! that end on an event or a deadline.
 
 mod adoption;
+mod cgroups;
 mod errors;
 mod exec;
 mod fixture;

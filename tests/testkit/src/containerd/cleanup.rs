@@ -457,7 +457,7 @@ fn wait_gone(pids: &[u32], timeout: Duration) -> bool {
 }
 
 /// Mount points of cgroup hierarchies (v1 and v2).
-fn cgroup_mounts() -> Vec<PathBuf> {
+pub(crate) fn cgroup_mounts() -> Vec<PathBuf> {
     mountinfo()
         .into_iter()
         .filter(|(_, fstype)| fstype == "cgroup" || fstype == "cgroup2")
@@ -467,7 +467,7 @@ fn cgroup_mounts() -> Vec<PathBuf> {
 
 /// Kill the processes in cgroup `path` (relative to each hierarchy) and
 /// remove it from every hierarchy.
-fn remove_cgroup(path: &str) -> anyhow::Result<()> {
+pub(crate) fn remove_cgroup(path: &str) -> anyhow::Result<()> {
     let rel = path.trim_start_matches('/');
     if rel.is_empty() || rel.contains("..") {
         anyhow::bail!("refusing cgroup path {path:?}");
@@ -630,6 +630,46 @@ fn cni_cache_files(network: &str) -> Vec<PathBuf> {
         .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
         .map(|e| e.path())
         .collect()
+}
+
+/// Kill every process under the cgroup `root` (relative to each hierarchy) and
+/// remove it with all its descendants, deepest first.
+pub(crate) fn remove_cgroup_tree(root: &str) -> anyhow::Result<()> {
+    let rel = root.trim_start_matches('/');
+    if rel.is_empty() || rel.contains("..") {
+        anyhow::bail!("refusing cgroup path {root:?}");
+    }
+    let mut paths = std::collections::BTreeSet::new();
+    for mount in cgroup_mounts() {
+        let top = mount.join(rel);
+        let mut stack = vec![top.clone()];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            if let Ok(sub) = dir.strip_prefix(&mount) {
+                paths.insert(format!("/{}", sub.display()));
+            }
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(e.path());
+                }
+            }
+        }
+    }
+    let mut paths: Vec<String> = paths.into_iter().collect();
+    paths.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
+    let mut problems = Vec::new();
+    for p in &paths {
+        if let Err(e) = remove_cgroup(p) {
+            problems.push(format!("{e:#}"));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!("{}", problems.join("; "))
+    }
 }
 
 #[cfg(test)]
