@@ -478,6 +478,19 @@ impl PodSyncer {
         &self.router
     }
 
+    /// The UIDs of the pods this node has a directory for (it ran them).
+    pub fn pod_dir_uids(&self) -> std::collections::HashSet<String> {
+        let Some(dir) = &self.pods_dir else {
+            return Default::default();
+        };
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    }
+
     /// Removes the directories (volumes, termination messages) of pods that are not
     /// in `live`: pods deleted while the node was down (the kubelet's
     /// cleanupOrphanedPodDirs). The caller makes sure no worker of such a pod runs.
@@ -1059,10 +1072,7 @@ impl PodSyncer {
                 tracing::warn!(pod = %full_name(pod), "removing sandbox {}: {e}", sb.id);
             }
         }
-        if let Some(dir) = &self.pods_dir {
-            crate::volumes::tear_down(&dir.join(uid(pod)));
-            let _ = std::fs::remove_dir_all(dir.join(uid(pod)));
-        }
+        let mut cgroup_removed = true;
         if let Some(cm) = self.cgroups.clone() {
             // Whatever is left in it is killed first (it can take a few seconds).
             let id = uid(pod).to_owned();
@@ -1074,6 +1084,14 @@ impl PodSyncer {
             .await;
             if let Ok(Err(e)) = removed {
                 tracing::warn!(pod = %full_name(pod), "removing the pod cgroup: {e}");
+                cgroup_removed = false;
+            }
+        }
+        if let Some(dir) = &self.pods_dir {
+            crate::volumes::tear_down(&dir.join(uid(pod)));
+            // Kept while its cgroup is: housekeeping tries again through it.
+            if cgroup_removed {
+                let _ = std::fs::remove_dir_all(dir.join(uid(pod)));
             }
         }
         let prefix = format!("{}/", uid(pod));

@@ -113,6 +113,8 @@ pub struct SyncLoop {
     terminating: HashMap<String, Pod>,
     statuses: StatusStore,
     events: crate::cluster::events::EventRecorder,
+    /// Every pod UID this run has had a worker for (whose cgroups are this node's).
+    seen: HashSet<String>,
     /// The probe workers, and the UIDs of pods whose probe results changed.
     probes: Option<crate::prober::ProbeManager>,
     probe_updates: Option<mpsc::UnboundedReceiver<String>>,
@@ -148,6 +150,7 @@ impl SyncLoop {
             events: Default::default(),
             probes: None,
             probe_updates: None,
+            seen: HashSet::new(),
         }
     }
 
@@ -166,12 +169,14 @@ impl SyncLoop {
     /// Hands a pod to its worker to sync (the worker starts its probes once it has a
     /// status).
     fn sync(&mut self, pod: Pod) {
+        self.seen.insert(uid(&pod).to_owned());
         self.workers.update(Work::Sync(Box::new(pod)));
     }
 
     /// Hands a pod to its worker to stop within `grace`. Its liveness and startup
     /// probes stop; readiness keeps running until it has terminated, as the kubelet's.
     fn terminate(&mut self, pod: Pod, grace: Duration) {
+        self.seen.insert(uid(&pod).to_owned());
         if let Some(probes) = &self.probes {
             probes.stop_liveness_and_startup(uid(&pod));
         }
@@ -309,6 +314,9 @@ impl SyncLoop {
                     if let Some(probes) = &self.probes {
                         probes.remove_pod(&done);
                     }
+                    // Its worker removed its cgroup (a second try is housekeeping's,
+                    // through its directory, if that failed).
+                    self.seen.remove(&done);
                     self.terminating.remove(&done);
                     if let Some(pod) = self.readd_after_termination.remove(&done) {
                         tracing::info!(pod = %full_name(&pod), "previous instance terminated; starting the pod again");
@@ -416,11 +424,24 @@ impl SyncLoop {
         // can start meanwhile (the cgroups are removed in the background: what is left
         // in them is killed first).
         let live: HashSet<String> = known.union(&active).cloned().collect();
+        // Only pod cgroups of pods this node ran (seen this run, or with a directory
+        // of its own) are removed: another kubelet sharing the cgroup root keeps its
+        // pods.
+        let ours: HashSet<String> = self
+            .seen
+            .iter()
+            .cloned()
+            .chain(self.syncer.pod_dir_uids())
+            .collect();
         self.syncer.remove_orphaned_pod_dirs(&live);
         if let Some(cm) = self.syncer.cgroups().cloned() {
             let orphans: Vec<String> = cm
                 .pod_cgroups()
-                .map(|m| m.into_keys().filter(|u| !live.contains(u)).collect())
+                .map(|m| {
+                    m.into_keys()
+                        .filter(|u| !live.contains(u) && ours.contains(u))
+                        .collect()
+                })
                 .unwrap_or_default();
             if !orphans.is_empty() {
                 tokio::task::spawn_blocking(move || {
