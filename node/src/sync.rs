@@ -120,6 +120,16 @@ pub const WASM_SANDBOX_OVERHEAD: &str = "64Mi";
 /// How often ConfigMap, Secret and downward API volumes are rewritten.
 const CONTENT_REFRESH: Duration = Duration::from_secs(60);
 
+/// The running instance of each of the pod's containers, by name.
+fn running_instances(st: &PodState) -> impl Iterator<Item = (&str, &ContainerStatus)> {
+    st.containers.iter().filter_map(|(name, rec)| {
+        rec.current
+            .as_ref()
+            .filter(|cs| cs.state == ContainerState::Running)
+            .map(|cs| (name.as_str(), cs))
+    })
+}
+
 /// What a sync asks of its worker afterwards.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SyncOutcome {
@@ -320,20 +330,15 @@ impl PodSyncer {
     pub fn snapshot_probes(&self, st: &mut PodState) {
         st.probe_results.clear();
         let Some(probes) = &self.probes else { return };
-        for (name, rec) in &st.containers {
-            let Some(cs) = rec
-                .current
-                .as_ref()
-                .filter(|cs| cs.state == ContainerState::Running)
-            else {
-                continue;
-            };
+        let mut results = BTreeMap::new();
+        for (name, cs) in running_instances(st) {
             for kind in crate::prober::ProbeKind::ALL {
                 if let Some(r) = probes.result(&cs.id, kind) {
-                    st.probe_results.insert((name.clone(), kind), r);
+                    results.insert((name.to_owned(), kind), r);
                 }
             }
         }
+        st.probe_results = results;
     }
 
     /// Starts the probes of a pod that is not finished (idempotent, as the kubelet's
@@ -344,14 +349,7 @@ impl PodSyncer {
         use crate::prober::{ProbeKind, ProbeResult};
         let Some(probes) = &self.probes else { return };
         probes.add_pod(pod);
-        for (name, rec) in &st.containers {
-            let Some(cs) = rec
-                .current
-                .as_ref()
-                .filter(|cs| cs.state == ContainerState::Running)
-            else {
-                continue;
-            };
+        for (name, cs) in running_instances(st) {
             let started = matches!(
                 probes.result(&cs.id, ProbeKind::Startup),
                 None | Some(ProbeResult::Success)

@@ -1047,54 +1047,10 @@ mod tests {
         assert_eq!(run(&t).await.result, ProbeResult::Unknown);
     }
 
-    struct Health;
-
-    #[tonic::async_trait]
-    impl wasmlet_proto::grpc::health::v1::health_server::Health for Health {
-        async fn check(
-            &self,
-            request: tonic::Request<wasmlet_proto::grpc::health::v1::HealthCheckRequest>,
-        ) -> Result<
-            tonic::Response<wasmlet_proto::grpc::health::v1::HealthCheckResponse>,
-            tonic::Status,
-        > {
-            use wasmlet_proto::grpc::health::v1::health_check_response::ServingStatus;
-            let status = match request.into_inner().service.as_str() {
-                "" => ServingStatus::Serving,
-                "db" => ServingStatus::NotServing,
-                _ => return Err(tonic::Status::not_found("unknown service")),
-            };
-            Ok(tonic::Response::new(
-                wasmlet_proto::grpc::health::v1::HealthCheckResponse {
-                    status: status as i32,
-                },
-            ))
-        }
-
-        type WatchStream = futures::stream::Empty<
-            Result<wasmlet_proto::grpc::health::v1::HealthCheckResponse, tonic::Status>,
-        >;
-
-        async fn watch(
-            &self,
-            _: tonic::Request<wasmlet_proto::grpc::health::v1::HealthCheckRequest>,
-        ) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
-            Err(tonic::Status::unimplemented("watch"))
-        }
-    }
-
     #[tokio::test]
     async fn grpc_probes_call_the_health_service() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = i32::from(listener.local_addr().unwrap().port());
-        let incoming = tokio_stream_of(listener);
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(
-                    wasmlet_proto::grpc::health::v1::health_server::HealthServer::new(Health),
-                )
-                .serve_with_incoming(incoming),
-        );
+        let server = wasmlet_testkit::health::HealthServer::start(true).unwrap();
+        let port = i32::from(server.port);
         let serving = grpc_probe("127.0.0.1", port, "", SECOND).await;
         assert_eq!(serving.result, ProbeResult::Success, "{serving:?}");
         let down = grpc_probe("127.0.0.1", port, "db", SECOND).await;
@@ -1111,15 +1067,5 @@ mod tests {
         let refused = grpc_probe("127.0.0.1", nobody, "", SECOND).await;
         assert_eq!(refused.result, ProbeResult::Failure);
         assert!(refused.output.contains("failed to connect"), "{refused:?}");
-    }
-
-    /// A listener as the stream of connections tonic serves.
-    fn tokio_stream_of(
-        listener: TcpListener,
-    ) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-        futures::stream::unfold(listener, |l| async move {
-            let conn = l.accept().await.map(|(s, _)| s);
-            Some((conn, l))
-        })
     }
 }

@@ -100,14 +100,23 @@ fn mode_of(item_mode: Option<i32>, default: i32) -> u32 {
     (item_mode.unwrap_or(default) & 0o777) as u32
 }
 
+/// The files of a ConfigMap's or Secret's `data` (all keys, or the `items`); a
+/// missing object or key is an error unless `optional`.
 fn keyed_files(
     out: &mut Payload,
-    data: BTreeMap<String, Vec<u8>>,
+    data: Option<BTreeMap<String, Vec<u8>>>,
     what: &str,
     items: Option<&[KeyToPath]>,
     optional: bool,
     mode: i32,
 ) -> Result<(), String> {
+    let Some(data) = data else {
+        return if optional {
+            Ok(())
+        } else {
+            Err(format!("{what} not found"))
+        };
+    };
     match items {
         None => {
             for (k, v) in data {
@@ -142,23 +151,19 @@ fn config_map_files(
     optional: bool,
     mode: i32,
 ) -> Result<(), String> {
-    let Some(cm) = cm else {
-        return if optional {
-            Ok(())
-        } else {
-            Err(format!("configmap {name:?} not found"))
-        };
-    };
-    let mut data: BTreeMap<String, Vec<u8>> = cm
-        .data
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, v.into_bytes()))
-        .collect();
-    for (k, v) in cm.binary_data.clone().unwrap_or_default() {
-        data.insert(k, v.0);
-    }
+    let data = cm.map(|cm| {
+        let mut data: BTreeMap<String, Vec<u8>> = cm
+            .data
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.into_bytes()))
+            .collect();
+        for (k, v) in cm.binary_data.clone().unwrap_or_default() {
+            data.insert(k, v.0);
+        }
+        data
+    });
     keyed_files(
         out,
         data,
@@ -177,23 +182,19 @@ fn secret_files(
     optional: bool,
     mode: i32,
 ) -> Result<(), String> {
-    let Some(secret) = secret else {
-        return if optional {
-            Ok(())
-        } else {
-            Err(format!("secret {name:?} not found"))
-        };
-    };
-    let mut data: BTreeMap<String, Vec<u8>> = secret
-        .data
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, v.0))
-        .collect();
-    for (k, v) in secret.string_data.clone().unwrap_or_default() {
-        data.insert(k, v.into_bytes());
-    }
+    let data = secret.map(|secret| {
+        let mut data: BTreeMap<String, Vec<u8>> = secret
+            .data
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        for (k, v) in secret.string_data.clone().unwrap_or_default() {
+            data.insert(k, v.into_bytes());
+        }
+        data
+    });
     keyed_files(
         out,
         data,

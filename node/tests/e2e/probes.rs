@@ -276,85 +276,9 @@ spec:
     );
 }
 
-/// A real gRPC health server on loopback (Wasm pods share the node's network, so
-/// this is what a probe of a Wasm pod's port reaches): `""` and `live` answer
-/// SERVING once `serving` is set, NOT_SERVING before.
-struct HealthServer {
-    port: u16,
-    serving: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    _rt: tokio::runtime::Runtime,
-}
-
-struct Health(std::sync::Arc<std::sync::atomic::AtomicBool>);
-
-#[tonic::async_trait]
-impl wasmlet_proto::grpc::health::v1::health_server::Health for Health {
-    async fn check(
-        &self,
-        request: tonic::Request<wasmlet_proto::grpc::health::v1::HealthCheckRequest>,
-    ) -> Result<tonic::Response<wasmlet_proto::grpc::health::v1::HealthCheckResponse>, tonic::Status>
-    {
-        use wasmlet_proto::grpc::health::v1::health_check_response::ServingStatus;
-        let up = self.0.load(std::sync::atomic::Ordering::SeqCst);
-        let status = match request.into_inner().service.as_str() {
-            "live" => ServingStatus::Serving,
-            "" if up => ServingStatus::Serving,
-            "" => ServingStatus::NotServing,
-            other => return Err(tonic::Status::not_found(format!("unknown service {other}"))),
-        };
-        Ok(tonic::Response::new(
-            wasmlet_proto::grpc::health::v1::HealthCheckResponse {
-                status: status as i32,
-            },
-        ))
-    }
-
-    type WatchStream = futures::stream::Empty<
-        Result<wasmlet_proto::grpc::health::v1::HealthCheckResponse, tonic::Status>,
-    >;
-
-    async fn watch(
-        &self,
-        _: tonic::Request<wasmlet_proto::grpc::health::v1::HealthCheckRequest>,
-    ) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
-        Err(tonic::Status::unimplemented("watch"))
-    }
-}
-
-fn health_server() -> HealthServer {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let serving = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let incoming = futures::stream::unfold(listener, |l| async move {
-        let conn = l.accept().await.map(|(s, _)| s);
-        Some((conn, l))
-    });
-    rt.spawn(
-        tonic::transport::Server::builder()
-            .add_service(
-                wasmlet_proto::grpc::health::v1::health_server::HealthServer::new(Health(
-                    serving.clone(),
-                )),
-            )
-            .serve_with_incoming(incoming),
-    );
-    HealthServer {
-        port,
-        serving,
-        _rt: rt,
-    }
-}
-
 #[test]
 fn startup_failures_restart_and_gate_liveness_and_grpc_probes_ask_the_health_service() {
-    let health = health_server();
+    let health = wasmlet_testkit::health::HealthServer::start(false).unwrap();
     let node = start(&["ticker"]);
     let closed = free_port();
     // Startup (gRPC, service "") fails until the server says SERVING: three failures
@@ -393,9 +317,7 @@ fn startup_failures_restart_and_gate_liveness_and_grpc_probes_ask_the_health_ser
     );
     // Now the service is up: the container starts, and liveness (service "live")
     // passes from then on.
-    health
-        .serving
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    health.set_serving(true);
     let p = node
         .wait_pod("gated", LONG, |p| named(p, "slow").ready)
         .unwrap();

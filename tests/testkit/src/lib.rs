@@ -8,5 +8,6 @@
 
 pub mod apiserver;
 pub mod containerd;
+pub mod health;
 pub mod images;
 pub mod node;
