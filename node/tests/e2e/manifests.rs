@@ -200,3 +200,36 @@ fn a_manifest_removed_and_restored_unchanged_comes_back_with_the_same_uid() {
         "exactly one sandbox for the pod"
     );
 }
+
+#[test]
+fn the_example_manifests_run_as_the_demo_runs_them() {
+    let node = start(&["hello", "hello-component", "ticker", "crasher", "httpd"]);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/manifests");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let yaml = std::fs::read_to_string(&path).unwrap();
+            let pod: Pod = serde_saphyr::from_str(&yaml).unwrap();
+            names.push(pod.metadata.name.clone().unwrap());
+            node.write_manifest(path.file_name().unwrap().to_str().unwrap(), &yaml)
+                .unwrap();
+        }
+    }
+    for name in &names {
+        node.wait_pod(name, LONG, |p| {
+            container(p)
+                .state
+                .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+                || container(p).restart_count > 0
+        })
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    // The probed examples become Ready through their probes.
+    for name in ["httpd", "probed-ticker"] {
+        node.wait_pod(name, LONG, |p| {
+            condition(p, "Ready").as_deref() == Some("True")
+        })
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}

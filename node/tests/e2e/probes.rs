@@ -350,3 +350,78 @@ fn startup_failures_restart_and_gate_liveness_and_grpc_probes_ask_the_health_ser
                 && l.contains(r#"result="failed""#))
     );
 }
+
+#[test]
+fn the_remaining_handler_and_probe_type_pairs_pass_fail_and_act_on_wasm_pods() {
+    let health = wasmlet_testkit::health::HealthServer::start(true).unwrap();
+    let node = start(&["ticker", "httpd"]);
+    let closed = free_port();
+    let web = free_port();
+    let g = health.port;
+    // startup exec failing → restarted; startup httpGet passing → started; liveness
+    // tcpSocket failing → restarted; readiness gRPC passing (`live`) and failing (`db`).
+    let containers = [
+        ticker(
+            "exec-startup",
+            ", {name: CHECK_EXIT, value: \"1\"}",
+            "    startupProbe: {exec: {command: [ticker, check]}, periodSeconds: 1, failureThreshold: 2}\n",
+        ),
+        httpd(
+            web,
+            "",
+            "    startupProbe: {httpGet: {port: http, path: /healthz}, periodSeconds: 1}\n",
+        ),
+        ticker(
+            "tcp-liveness",
+            "",
+            &format!("    livenessProbe: {{tcpSocket: {{port: {closed}}}, periodSeconds: 1, failureThreshold: 1}}\n"),
+        ),
+        ticker(
+            "grpc-ready",
+            "",
+            &format!("    readinessProbe: {{grpc: {{port: {g}, service: live}}, periodSeconds: 1}}\n"),
+        ),
+        ticker(
+            "grpc-unready",
+            "",
+            &format!("    readinessProbe: {{grpc: {{port: {g}, service: db}}, periodSeconds: 1}}\n"),
+        ),
+    ]
+    .concat();
+    node.write_manifest("pairs.yaml", &pod_yaml("pairs", &containers))
+        .unwrap();
+    let p = node
+        .wait_pod("pairs", LONG, |p| {
+            named(p, "exec-startup").restart_count >= 1
+                && named(p, "tcp-liveness").restart_count >= 1
+                && named(p, "web").started == Some(true)
+                && named(p, "grpc-ready").ready
+        })
+        .unwrap();
+    assert_eq!(named(&p, "exec-startup").started, Some(false));
+    assert!(
+        named(&p, "web").ready,
+        "no readiness probe: ready once started"
+    );
+    assert_eq!(named(&p, "web").restart_count, 0);
+    let unready = named(&p, "grpc-unready");
+    assert!(!unready.ready && unready.restart_count == 0, "{unready:#?}");
+    assert_eq!(named(&p, "grpc-ready").restart_count, 0);
+    assert!(!ready(&p));
+    let (_, m) = http_get(node.read_only_port, "/metrics/probes").unwrap();
+    for (container, probe, result) in [
+        ("exec-startup", "Startup", "failed"),
+        ("web", "Startup", "successful"),
+        ("tcp-liveness", "Liveness", "failed"),
+        ("grpc-ready", "Readiness", "successful"),
+        ("grpc-unready", "Readiness", "failed"),
+    ] {
+        assert!(
+            m.lines()
+                .any(|l| l.contains(&format!("container=\"{container}\""))
+                    && l.contains(&format!("probe_type=\"{probe}\""))
+                    && l.contains(&format!("result=\"{result}\""))),
+            "{container} {probe} {result}: {m}"
+        );
+    }
+}
