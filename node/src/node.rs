@@ -147,6 +147,19 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
         }
         Err(e) => tracing::warn!("cannot read the machine's resources: {e}"),
     }
+    // The kubelet's own `--oom-score-adj` (-999): the node is the last thing the OOM
+    // killer should pick. Without CAP_SYS_RESOURCE the kernel refuses; that is fine.
+    if std::fs::write("/proc/self/oom_score_adj", "-999").is_err() {
+        tracing::debug!("cannot lower the node's oom_score_adj (no CAP_SYS_RESOURCE)");
+    }
+    if let Some(settings) = &config.cgroups
+        && settings.driver == crate::cm::cgroup::Driver::Systemd
+        && std::path::Path::new("/run/systemd/system").exists()
+    {
+        tracing::warn!(
+            "cgroupDriver systemd: the node names its cgroups as systemd slices but writes them itself; systemd may reset their limits when it manages the slices (docs/decisions.md)"
+        );
+    }
     let container_manager = match (&config.cgroups, &machine) {
         (Some(settings), Some(m)) => {
             let cm =

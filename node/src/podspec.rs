@@ -313,6 +313,11 @@ fn milli_cpu(
     Ok(Some(((cores * 1e9).round() / 1e6).ceil() as u64))
 }
 
+/// The container's CPU limit in millicores, if it sets one.
+pub fn milli_cpu_limit(c: &Container) -> Option<u64> {
+    milli_cpu(c, |r| r.limits.as_ref()).ok().flatten()
+}
+
 /// `(cpu_shares, cpu_quota, cpu_period)` for a container: shares from the request
 /// (or the limit when only a limit is set), quota and period from the limit.
 pub fn cpu_resources(c: &Container) -> Result<(u64, Option<(i64, u64)>), String> {

@@ -1738,8 +1738,21 @@ impl PodSyncer {
         mounts.extend(self.termination_mount(pod, c, attempt, wasm)?);
         let env = env.into_vec();
         let spec = pod.spec.clone().unwrap_or_default();
-        let (cpu_shares, cpu_quota) =
+        let (cpu_shares, quota) =
             podspec::cpu_resources(c).map_err(|e| format!("resources: {e}"))?;
+        // `cpuCFSQuota: false` sets no quota; `cpuCFSQuotaPeriod` is the period.
+        let (cpu_quota, cpu_period) = match (quota, self.cgroups.as_ref().map(|cm| cm.config())) {
+            (Some(_), Some(cfg)) if !cfg.cpu_cfs_quota => (None, None),
+            (Some(_), Some(cfg)) => {
+                let limit = podspec::milli_cpu_limit(c).unwrap_or(0);
+                let period = cfg.cpu_cfs_quota_period_us;
+                (
+                    Some(podspec::milli_cpu_to_quota(limit, period)),
+                    Some(period),
+                )
+            }
+            (q, _) => (q.map(|(q, _)| q), q.map(|(_, p)| p)),
+        };
         let memory_limit_bytes = c
             .resources
             .as_ref()
@@ -1795,8 +1808,8 @@ impl PodSyncer {
             annotations,
             resources: ContainerResources {
                 cpu_shares: Some(cpu_shares),
-                cpu_quota: cpu_quota.map(|(quota, _)| quota),
-                cpu_period: cpu_quota.map(|(_, period)| period),
+                cpu_quota,
+                cpu_period,
                 memory_limit_bytes,
                 oom_score_adj: self.cgroups.as_ref().map(|cm| cm.oom_score_adj(pod, c)),
             },

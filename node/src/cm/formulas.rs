@@ -497,6 +497,23 @@ pub fn read_oom_score_adj(path: &Path) -> io::Result<i64> {
     })
 }
 
+/// Whether this process may lower `oom_score_adj` below its own (`CAP_SYS_RESOURCE`,
+/// bit 24 of `CapEff` in `/proc/self/status`).
+pub fn has_cap_sys_resource() -> bool {
+    const CAP_SYS_RESOURCE: u32 = 24;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let hex = s
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))?
+                .trim()
+                .to_owned();
+            u64::from_str_radix(&hex, 16).ok()
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0)
+}
+
 /// This process's own `oom_score_adj`: the floor for [`clamp_oom_score_adj`].
 pub fn own_oom_score_adj() -> io::Result<i64> {
     read_oom_score_adj(Path::new("/proc/self/oom_score_adj"))

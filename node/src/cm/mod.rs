@@ -216,11 +216,17 @@ impl ContainerManager {
             return Err(Error::Config("cpuCFSQuotaPeriod is 0".into()));
         }
         let cgroups = CgroupManager::detect(&config.mount_root, config.driver)?;
-        let oom_floor = formulas::own_oom_score_adj().map_err(|source| Error::Io {
-            op: "reading",
-            path: "/proc/self/oom_score_adj".into(),
-            source,
-        })?;
+        // Without CAP_SYS_RESOURCE no score below this process's own can be set; with
+        // it, any can (the floor is the kernel's minimum).
+        let oom_floor = if formulas::has_cap_sys_resource() {
+            -1000
+        } else {
+            formulas::own_oom_score_adj().map_err(|source| Error::Io {
+                op: "reading",
+                path: "/proc/self/oom_score_adj".into(),
+                source,
+            })?
+        };
         Ok(Self {
             kubepods: root.child(KUBEPODS),
             config,
@@ -228,6 +234,11 @@ impl ContainerManager {
             oom_floor,
             pods: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// The settings it was made with.
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     /// The cgroup library underneath.
