@@ -6,6 +6,7 @@
 #   WASMLET_RUN_SECONDS=N         stop after N seconds (default: run until Ctrl-C)
 #   WASMLET_DEMO_DIR=DIR          state, logs and the node's own log (default /tmp/wasmlet-demo)
 #   WASMLET_PORT=PORT             read-only port on 127.0.0.1 (default 10255)
+#   WASMLET_CGROUP_ROOT=PATH      the node's cgroupRoot (default: the kubelet's, /)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +32,7 @@ cp target/images/*.tar "$demo/root/images/"   # imported by the node at start
   --hostname-override "$(hostname | tr '[:upper:]' '[:lower:]')" \
   --address 127.0.0.1 --read-only-port "$port" \
   --healthz-port "$healthz_port" \
+  ${WASMLET_CGROUP_ROOT:+--cgroup-root "$WASMLET_CGROUP_ROOT"} \
   2>"$demo/wasmlet.log" &
 node=$!
 trap 'kill -TERM $node 2>/dev/null; wait $node 2>/dev/null; echo "node stopped; its log: $demo/wasmlet.log"' EXIT

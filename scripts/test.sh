@@ -16,8 +16,15 @@ cargo xtask images >/dev/null
 echo "--- tests"
 cargo test --workspace --locked 2>&1 | tee target/test.log
 echo "--- the README's standalone node, 15 s"
+cgroup_root="/wasmlet-ci-run-$$"
 WASMLET_PROFILE=dev WASMLET_RUN_SECONDS=15 WASMLET_DEMO_DIR="$(mktemp -d /tmp/wasmlet-ci-run.XXXX)" \
-  WASMLET_PORT=18255 scripts/run.sh | tee target/run.log
+  WASMLET_PORT=18255 WASMLET_CGROUP_ROOT="$cgroup_root" scripts/run.sh | tee target/run.log
+# The node removed its pods' cgroups when it stopped; the empty hierarchy goes too.
+for hierarchy in /sys/fs/cgroup/*/; do
+  if [ -d "$hierarchy${cgroup_root#/}" ]; then
+    find "$hierarchy${cgroup_root#/}" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  fi
+done
 grep -q "ticker-.*Running" target/run.log || { echo "the standalone node did not show the ticker pod Running" >&2; exit 1; }
 
 passed=$(grep -Eo '^test result: ok\. [0-9]+ passed' target/test.log | awk '{s+=$4} END {print s+0}')

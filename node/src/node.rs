@@ -559,6 +559,19 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     {
         tracing::warn!("some sandboxes did not stop within 10s; they are killed");
     }
+    // Their pod cgroups go with them (container pods keep running, and their cgroups).
+    if let Some(cm) = container_manager.clone() {
+        let uids: Vec<String> = sandboxes.iter().map(|sb| sb.metadata.uid.clone()).collect();
+        let removed = tokio::task::spawn_blocking(move || {
+            for uid in uids {
+                if let Err(e) = cm.remove_pod(&uid) {
+                    tracing::warn!(pod_uid = %uid, "removing the pod cgroup: {e}");
+                }
+            }
+            let _ = cm.update_qos();
+        });
+        let _ = tokio::time::timeout(Duration::from_secs(15), removed).await;
+    }
     for s in servers {
         let _ = tokio::time::timeout(Duration::from_secs(2), s).await;
     }
