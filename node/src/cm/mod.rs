@@ -389,21 +389,6 @@ impl ContainerManager {
         value
     }
 
-    /// Sets the pod cgroup's CPU shares to the minimum while it waits to be removed
-    /// (the kubelet's `ReduceCPULimits`, for pods whose volumes are still mounted).
-    pub fn reduce_cpu_limits(&self, uid: &str) -> Result<()> {
-        let minimum = ResourceConfig {
-            cpu_shares: Some(formulas::MIN_SHARES),
-            ..Default::default()
-        };
-        for name in self.pod_cgroup_candidates(uid)? {
-            if self.cgroups.exists(&name) {
-                self.cgroups.set(&name, &minimum)?;
-            }
-        }
-        Ok(())
-    }
-
     /// Where a pod with this UID can have its cgroup: under each QoS cgroup.
     fn pod_cgroup_candidates(&self, uid: &str) -> Result<Vec<CgroupName>> {
         let base = format!("{}{uid}", cgroup::POD_CGROUP_PREFIX);
