@@ -209,7 +209,25 @@ pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> Pod
         Some(_) => "Failed",
         None if !initialized && init_failed && restart_policy(pod) == "Never" => "Failed",
         None if !initialized => "Pending",
-        None => phase(restart_policy(pod), &statuses),
+        None => {
+            // A sidecar still running keeps the pod Running: the phase turns terminal
+            // only once the sidecars were stopped too (the kubelet's getPhase counts
+            // running restartable init containers).
+            let running_sidecars: Vec<ApiContainerStatus> = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .zip(&init_statuses)
+                .filter(|(c, s)| {
+                    c.restart_policy.as_deref() == Some("Always")
+                        && s.state.as_ref().is_some_and(|st| st.running.is_some())
+                })
+                .map(|(_, s)| s.clone())
+                .collect();
+            let counted: Vec<ApiContainerStatus> =
+                statuses.iter().cloned().chain(running_sidecars).collect();
+            phase(restart_policy(pod), &counted)
+        }
     };
     let sandbox_ready = st.sandbox.as_ref().is_some_and(|s| s.ready);
     // Sidecars (restartable init containers) count for readiness.
@@ -513,6 +531,12 @@ mod tests {
                 "Running",
             ),
             ("Never", vec![], "Pending"),
+            // A running sidecar counted with a finished main container.
+            (
+                "Never",
+                vec![cs("terminated", 0, false), cs("running", 0, false)],
+                "Running",
+            ),
         ];
         for (policy, statuses, want) in cases {
             assert_eq!(phase(policy, statuses), *want, "{policy} {statuses:?}");
