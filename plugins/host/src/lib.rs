@@ -36,7 +36,7 @@ mod tests {
         for world in WORLDS {
             assert!(package.worlds.contains_key(world), "missing world {world}");
         }
-        for iface in ["types", "probe", "admission", "eviction", "device-adapter"] {
+        for iface in ["types", "host", "pod-network", "probe", "admission", "eviction", "device-adapter"] {
             assert!(
                 package.interfaces.contains_key(iface),
                 "missing interface {iface}"
