@@ -318,6 +318,14 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
             services: services.clone(),
         }));
     }
+    if let Some(m) = &machine {
+        match crate::cm::OomScores::new(m.memory_bytes) {
+            Ok(scores) => syncer = syncer.with_oom_scores(scores),
+            Err(e) => {
+                tracing::warn!("containers get no oom_score_adj: reading this process's own: {e}")
+            }
+        }
+    }
     if let Some(cm) = &container_manager {
         syncer = syncer.with_cgroups(cm.clone());
     }

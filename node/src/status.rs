@@ -135,6 +135,20 @@ fn api_container_status(
         },
     };
     s.state = Some(state);
+    // In-place resize: what the running instance was given, and what the node
+    // allocated to the container (its requests).
+    if rec
+        .current
+        .as_ref()
+        .is_some_and(|cs| cs.state == ContainerState::Running)
+    {
+        s.resources = rec.applied.as_ref().and_then(|(_, spec)| spec.clone());
+        s.allocated_resources = c
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.clone())
+            .filter(|r| !r.is_empty());
+    }
     s
 }
 
@@ -299,6 +313,17 @@ pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> Pod
         condition("ContainersReady", ready_status, ready_reason, ready_message),
         condition("PodScheduled", "True", None, None),
     ];
+    // A resize the runtime refused: the kubelet's PodResizeInProgress with reason
+    // Error, until a later attempt succeeds.
+    let mut conditions = conditions;
+    if let Some(message) = st.containers.values().find_map(|r| r.resize_error.clone()) {
+        conditions.push(condition(
+            "PodResizeInProgress",
+            "True",
+            Some("Error"),
+            Some(message),
+        ));
+    }
 
     PodStatus {
         phase: Some(phase.into()),

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use wasmlet_runtime::{
     ContainerConfig, ContainerMetadata, ContainerResources, ContainerState, ContainerStatus,
     PodMetadata, PodSandboxConfig, Runtime, SandboxState,
@@ -70,6 +70,12 @@ pub struct ContainerRecord {
     /// The current instance was killed for a failed liveness or startup probe: it is
     /// restarted unless the policy is Never, whatever its exit code.
     pub probe_killed: bool,
+    /// The resources the current instance runs with, as the runtime was given them
+    /// and as the spec said them (`status.containerStatuses[].resources`); `None` for
+    /// an adopted instance until the node has set them once.
+    pub applied: Option<(ContainerResources, Option<ResourceRequirements>)>,
+    /// Why changing the running instance's resources in place failed.
+    pub resize_error: Option<String>,
 }
 
 /// The pod's sandbox as last seen.
@@ -161,6 +167,8 @@ pub struct PodSyncer {
     probes: Option<crate::prober::ProbeManager>,
     /// The QoS and pod cgroups; `None` without `cgroupsPerQOS`.
     cgroups: Option<Arc<crate::cm::ContainerManager>>,
+    /// The containers' oom_score_adj where there are no pod cgroups.
+    oom_scores: Option<crate::cm::OomScores>,
 }
 
 /// The restart policy of a pod, defaulting to `Always`.
@@ -255,6 +263,7 @@ impl PodSyncer {
             pods_dir: None,
             probes: None,
             cgroups: None,
+            oom_scores: None,
         }
     }
 
@@ -262,6 +271,22 @@ impl PodSyncer {
     pub fn with_cgroups(mut self, cm: Arc<crate::cm::ContainerManager>) -> Self {
         self.cgroups = Some(cm);
         self
+    }
+
+    /// Gives containers the kubelet's oom_score_adj without pod cgroups
+    /// (`cgroupsPerQOS: false`); with them, the container manager does.
+    pub fn with_oom_scores(mut self, scores: crate::cm::OomScores) -> Self {
+        self.oom_scores = Some(scores);
+        self
+    }
+
+    /// A container's oom_score_adj, when the node knows its memory capacity.
+    fn oom_score_adj(&self, pod: &Pod, c: &Container) -> Option<i64> {
+        match (&self.cgroups, &self.oom_scores) {
+            (Some(cm), _) => Some(cm.oom_score_adj(pod, c)),
+            (None, Some(scores)) => Some(scores.for_container(pod, c)),
+            (None, None) => None,
+        }
     }
 
     /// The container manager, for housekeeping.
@@ -293,18 +318,8 @@ impl PodSyncer {
     /// runtime, and the oom_score_adj of its sandbox process (Wasm: the lowest of its
     /// containers', since that process runs them all).
     fn pod_cgroup(&self, pod: &Pod, wasm: bool) -> Result<(Option<String>, Option<i64>), String> {
-        let Some(cm) = &self.cgroups else {
-            return Ok((None, None));
-        };
-        let view = self.cgroup_view(pod, wasm);
-        cm.ensure_pod(&view)
-            .map_err(|e| format!("pod cgroup: {e}"))?;
-        if let Err(e) = cm.update_qos() {
-            tracing::warn!(pod = %full_name(pod), "updating the QoS cgroups: {e}");
-        }
-        let parent = cm
-            .cgroup_parent(&view)
-            .map_err(|e| format!("pod cgroup: {e}"))?;
+        // The sandbox process of a Wasm pod runs all its containers: the lowest of
+        // their scores.
         let oom = pod
             .spec
             .iter()
@@ -313,8 +328,18 @@ impl PodSyncer {
                     .iter()
                     .chain(s.init_containers.iter().flatten())
             })
-            .map(|c| cm.oom_score_adj(pod, c))
+            .filter_map(|c| self.oom_score_adj(pod, c))
             .min();
+        let Some(cm) = &self.cgroups else {
+            return Ok((None, oom));
+        };
+        let view = self.cgroup_view(pod, wasm);
+        // It also brings the burstable QoS cgroup's shares up to date when they change.
+        cm.ensure_pod(&view)
+            .map_err(|e| format!("pod cgroup: {e}"))?;
+        let parent = cm
+            .cgroup_parent(&view)
+            .map_err(|e| format!("pod cgroup: {e}"))?;
         Ok((Some(parent), oom))
     }
 
@@ -625,6 +650,21 @@ impl PodSyncer {
                 if let Some(dir) = &self.pods_dir {
                     crate::volumes::tear_down(&dir.join(uid(pod)));
                 }
+                // Nothing runs in its cgroup any more: it goes, and the pod stops
+                // counting in the burstable shares (what cannot be removed now is an
+                // orphan for housekeeping).
+                if let Some(cm) = self.cgroups.clone() {
+                    let id = uid(pod).to_owned();
+                    match tokio::task::spawn_blocking(move || cm.remove_pod(&id)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(pod = %full_name(pod), "removing the cgroup of a finished pod: {e}")
+                        }
+                        Err(e) => {
+                            tracing::warn!(pod = %full_name(pod), "removing the cgroup of a finished pod: {e}")
+                        }
+                    }
+                }
             }
             return SyncOutcome::default();
         }
@@ -637,7 +677,14 @@ impl PodSyncer {
                 return self.not_started(pod, st, message);
             }
         }
-        if !st.sandbox.as_ref().is_some_and(|s| s.ready) {
+        if st.sandbox.as_ref().is_some_and(|s| s.ready) {
+            // Every sync keeps the pod cgroup as the spec sizes it: made again if it
+            // was removed behind the node, counted in the QoS shares after a restart
+            // (an adopted pod), resized in place when the pod's resources changed.
+            if let Err(message) = self.pod_cgroup(pod, runtime.name() == "wasm") {
+                tracing::warn!(pod = %full_name(pod), "{message}");
+            }
+        } else {
             let ran = st.containers.values().any(|r| r.current.is_some());
             if restart_policy(pod) == "Never" && st.sandbox_attempts > 0 && ran {
                 // Like the kubelet: a Never pod whose sandbox died is not started again;
@@ -835,12 +882,17 @@ impl PodSyncer {
                 rec.current = Some(now_status);
             }
         }
+        if let Some(cs) = st.containers.get(&c.name).and_then(|r| r.current.clone())
+            && cs.state == ContainerState::Running
+            && cs.sandbox_id == sandbox.id
+        {
+            if let Some(rec) = st.containers.get_mut(&c.name) {
+                rec.waiting = None;
+            }
+            return self.resize_running(runtime, pod, c, &cs.id, st).await;
+        }
         let rec = st.containers.entry(c.name.clone()).or_default();
         let restarting = match rec.current.as_ref() {
-            Some(cs) if cs.state == ContainerState::Running && cs.sandbox_id == sandbox.id => {
-                rec.waiting = None;
-                return None;
-            }
             // Created but never started (the node stopped in between), or in an
             // unknown state: always started again, as the kubelet does.
             Some(cs) if matches!(cs.state, ContainerState::Created | ContainerState::Unknown) => {
@@ -936,6 +988,11 @@ impl PodSyncer {
                 rec.restart_count = attempt;
                 rec.waiting = None;
                 rec.probe_killed = false;
+                rec.resize_error = None;
+                rec.applied = self
+                    .container_resources(pod, c)
+                    .ok()
+                    .map(|r| (r, c.resources.clone()));
             }
             Err(StartError { waiting, retry }) => {
                 tracing::warn!(pod = %full_name(pod), container = %c.name, reason = %waiting.reason, "{}", waiting.message);
@@ -1501,6 +1558,95 @@ impl PodSyncer {
         }
     }
 
+    /// A container's cgroup resources from its spec: CPU shares from the request,
+    /// CFS quota from the limit (as `cpuCFSQuota` and `cpuCFSQuotaPeriod` say), the
+    /// memory limit, and its oom_score_adj. Given at create, and again in place when a
+    /// running container's resources change.
+    fn container_resources(&self, pod: &Pod, c: &Container) -> Result<ContainerResources, String> {
+        let (cpu_shares, quota) =
+            podspec::cpu_resources(c).map_err(|e| format!("resources: {e}"))?;
+        // `cpuCFSQuota: false` sets no quota; `cpuCFSQuotaPeriod` is the period.
+        let (cpu_quota, cpu_period) = match (quota, self.cgroups.as_ref().map(|cm| cm.config())) {
+            (Some(_), Some(cfg)) if !cfg.cpu_cfs_quota => (None, None),
+            (Some(_), Some(cfg)) => {
+                let limit = podspec::milli_cpu_limit(c).unwrap_or(0);
+                let period = cfg.cpu_cfs_quota_period_us;
+                (
+                    Some(podspec::milli_cpu_to_quota(limit, period)),
+                    Some(period),
+                )
+            }
+            (q, _) => (q.map(|(q, _)| q), q.map(|(_, p)| p)),
+        };
+        let memory_limit_bytes = c
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get("memory"))
+            .map(quantity::bytes)
+            .transpose()
+            .map_err(|e| format!("resources.limits.memory: {e}"))?;
+        Ok(ContainerResources {
+            cpu_shares: Some(cpu_shares),
+            cpu_quota,
+            cpu_period,
+            memory_limit_bytes,
+            oom_score_adj: self.oom_score_adj(pod, c),
+        })
+    }
+
+    /// Changes a running container's resources in place when its spec's differ from
+    /// what it runs with (in-place pod resize): the runtime's
+    /// UpdateContainerResources. Returns when to try again after a failure.
+    async fn resize_running(
+        &self,
+        runtime: &dyn Runtime,
+        pod: &Pod,
+        c: &Container,
+        container_id: &str,
+        st: &mut PodState,
+    ) -> Option<Duration> {
+        let desired = match self.container_resources(pod, c) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(pod = %full_name(pod), container = %c.name, "resizing: {e}");
+                return None;
+            }
+        };
+        let rec = st.containers.get_mut(&c.name)?;
+        if rec
+            .applied
+            .as_ref()
+            .is_some_and(|(applied, spec)| *applied == desired && *spec == c.resources)
+        {
+            return None;
+        }
+        let adopted = rec.applied.is_none();
+        match runtime
+            .update_container_resources(container_id, &desired)
+            .await
+        {
+            Ok(()) => {
+                if !adopted {
+                    tracing::info!(pod = %full_name(pod), container = %c.name, resources = ?desired, "container resized in place");
+                }
+                rec.applied = Some((desired, c.resources.clone()));
+                rec.resize_error = None;
+                None
+            }
+            Err(e) => {
+                let message = format!("updating the resources of container {}: {e}", c.name);
+                if rec.resize_error.as_deref() != Some(message.as_str()) {
+                    tracing::warn!(pod = %full_name(pod), container = %c.name, "{message}");
+                    self.events
+                        .pod(pod, Some(&c.name), WARNING, "ResizeFailed", message.clone());
+                }
+                rec.resize_error = Some(message);
+                Some(self.retry_after_error)
+            }
+        }
+    }
+
     async fn start_container(
         &self,
         runtime: &dyn Runtime,
@@ -1738,29 +1884,7 @@ impl PodSyncer {
         mounts.extend(self.termination_mount(pod, c, attempt, wasm)?);
         let env = env.into_vec();
         let spec = pod.spec.clone().unwrap_or_default();
-        let (cpu_shares, quota) =
-            podspec::cpu_resources(c).map_err(|e| format!("resources: {e}"))?;
-        // `cpuCFSQuota: false` sets no quota; `cpuCFSQuotaPeriod` is the period.
-        let (cpu_quota, cpu_period) = match (quota, self.cgroups.as_ref().map(|cm| cm.config())) {
-            (Some(_), Some(cfg)) if !cfg.cpu_cfs_quota => (None, None),
-            (Some(_), Some(cfg)) => {
-                let limit = podspec::milli_cpu_limit(c).unwrap_or(0);
-                let period = cfg.cpu_cfs_quota_period_us;
-                (
-                    Some(podspec::milli_cpu_to_quota(limit, period)),
-                    Some(period),
-                )
-            }
-            (q, _) => (q.map(|(q, _)| q), q.map(|(_, p)| p)),
-        };
-        let memory_limit_bytes = c
-            .resources
-            .as_ref()
-            .and_then(|r| r.limits.as_ref())
-            .and_then(|l| l.get("memory"))
-            .map(quantity::bytes)
-            .transpose()
-            .map_err(|e| format!("resources.limits.memory: {e}"))?;
+        let resources = self.container_resources(pod, c)?;
         let mut labels = BTreeMap::new();
         labels.insert(
             labels::POD_NAME.into(),
@@ -1806,13 +1930,7 @@ impl PodSyncer {
             log_path: PathBuf::from(&c.name).join(format!("{attempt}.log")),
             labels,
             annotations,
-            resources: ContainerResources {
-                cpu_shares: Some(cpu_shares),
-                cpu_quota,
-                cpu_period,
-                memory_limit_bytes,
-                oom_score_adj: self.cgroups.as_ref().map(|cm| cm.oom_score_adj(pod, c)),
-            },
+            resources,
             devices: Vec::new(),
             security: podspec::container_security(&spec, c),
             stdin: c.stdin.unwrap_or(false),

@@ -98,6 +98,8 @@ pub struct SyncLoop {
     timing: LoopTiming,
     health: LoopHealth,
     housekeeping_running: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether a removal of orphaned pod cgroups is under way.
+    cgroup_cleanup_running: Arc<std::sync::atomic::AtomicBool>,
     /// The pod sources this node has; housekeeping removes nothing until each has
     /// sent its first snapshot (the kubelet's `sourcesReady`).
     sources: Vec<String>,
@@ -140,6 +142,7 @@ impl SyncLoop {
             timing,
             health,
             housekeeping_running: Arc::default(),
+            cgroup_cleanup_running: Arc::default(),
             sources: Vec::new(),
             deleting: HashSet::new(),
             static_pods: Default::default(),
@@ -443,15 +446,28 @@ impl SyncLoop {
                         .collect()
                 })
                 .unwrap_or_default();
-            if !orphans.is_empty() {
+            // One removal at a time: a pass that is still killing what was left in an
+            // orphan is not doubled by the next; what it could not remove is found on
+            // disk again at the next pass and retried.
+            if !orphans.is_empty()
+                && !self
+                    .cgroup_cleanup_running
+                    .swap(true, std::sync::atomic::Ordering::AcqRel)
+            {
+                let running = self.cgroup_cleanup_running.clone();
                 tokio::task::spawn_blocking(move || {
                     for id in orphans {
-                        tracing::info!(pod_uid = %id, "removing an orphaned pod cgroup");
-                        if let Err(e) = cm.remove_pod(&id) {
-                            tracing::warn!(pod_uid = %id, "removing an orphaned pod cgroup: {e}");
+                        match cm.remove_orphan(&id) {
+                            Ok(true) => {
+                                tracing::info!(pod_uid = %id, "removed an orphaned pod cgroup")
+                            }
+                            Ok(false) => {}
+                            Err(e) => {
+                                tracing::warn!(pod_uid = %id, "removing an orphaned pod cgroup: {e}")
+                            }
                         }
                     }
-                    let _ = cm.update_qos();
+                    running.store(false, std::sync::atomic::Ordering::Release);
                 });
             }
         }

@@ -408,6 +408,22 @@ fn enable_controllers(dir: &Path) -> Result<()> {
     if fs::write(&file, missing.join(" ")).is_err() {
         for one in &missing {
             if let Err(e) = fs::write(&file, one) {
+                // cpu and memory carry the pod's limits: without them nothing is
+                // enforced, so that is an error here rather than a missing file later
+                // (EBUSY: the parent holds processes, cgroup v2's "no internal
+                // processes" rule). The others are optional.
+                let op = match &one[1..] {
+                    "cpu" => Some("enabling the cpu controller in"),
+                    "memory" => Some("enabling the memory controller in"),
+                    _ => None,
+                };
+                if let Some(op) = op {
+                    return Err(Error::Io {
+                        op,
+                        path: file.clone(),
+                        source: e,
+                    });
+                }
                 tracing::debug!(file = %file.display(), controller = %one, error = %e, "controller not enabled");
             }
         }

@@ -121,6 +121,13 @@ pub enum Error {
     /// A configuration value that cannot work.
     #[error("invalid container manager configuration: {0}")]
     Config(String),
+    /// The pod's cgroup from an earlier run is being removed as an orphan; it can be
+    /// made again once that is done.
+    #[error("the old cgroup of pod {uid} is being removed; trying again later")]
+    BeingRemoved {
+        /// The pod's UID.
+        uid: String,
+    },
     /// Some orphaned pod cgroups could not be removed (the others were).
     #[error("removing orphaned pod cgroups: {}", list(.errors))]
     Cleanup {
@@ -200,6 +207,9 @@ pub struct ContainerManager {
     /// This process's `oom_score_adj`: containers cannot get a lower one.
     oom_floor: i64,
     pods: Mutex<BTreeMap<String, Tracked>>,
+    /// UIDs whose orphaned cgroups are being removed: [`Self::ensure_pod`] waits for
+    /// them rather than make a cgroup the removal would destroy.
+    removing: Mutex<HashSet<String>>,
 }
 
 impl ContainerManager {
@@ -233,6 +243,7 @@ impl ContainerManager {
             cgroups,
             oom_floor,
             pods: Mutex::new(BTreeMap::new()),
+            removing: Mutex::new(HashSet::new()),
         })
     }
 
@@ -336,6 +347,14 @@ impl ContainerManager {
             .with_unset_limits_max();
 
         let mut pods = self.lock();
+        if self
+            .removing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&uid)
+        {
+            return Err(Error::BeingRemoved { uid });
+        }
         let burstable_request = |p: &Pod| {
             (crate::qos::qos_class(p) == "Burstable").then(|| formulas::pod_cpu_request_milli(p))
         };
@@ -371,22 +390,13 @@ impl ContainerManager {
         self.cgroups.add_process(&self.pod_cgroup_name(pod)?, pid)
     }
 
-    /// The pod's `oom_score_adj` for a container ([`formulas::oom_score_adj`] on the
-    /// node's memory capacity), clamped to this process's own value, which a process
-    /// without `CAP_SYS_RESOURCE` cannot go below; the clamp is logged.
+    /// The pod's `oom_score_adj` for a container ([`OomScores::for_container`]).
     pub fn oom_score_adj(&self, pod: &Pod, container: &Container) -> i64 {
-        let wanted = formulas::oom_score_adj(pod, container, self.config.capacity.memory_bytes);
-        let value = formulas::clamp_oom_score_adj(wanted, self.oom_floor);
-        if value != wanted {
-            tracing::info!(
-                pod = %crate::podconfig::full_name(pod),
-                container = %container.name,
-                wanted,
-                value,
-                "oom_score_adj raised to the node's own: without CAP_SYS_RESOURCE it cannot be lowered"
-            );
+        OomScores {
+            memory_capacity_bytes: self.config.capacity.memory_bytes,
+            floor: self.oom_floor,
         }
-        value
+        .for_container(pod, container)
     }
 
     /// Where a pod with this UID can have its cgroup: under each QoS cgroup.
@@ -403,17 +413,45 @@ impl ContainerManager {
     /// container manager `Destroy`), under whichever QoS cgroup it is; then the
     /// burstable shares follow. A pod without a cgroup is fine.
     pub fn remove_pod(&self, uid: &str) -> Result<()> {
-        for name in self.pod_cgroup_candidates(uid)? {
+        let names = self.pod_cgroup_candidates(uid)?;
+        // The pod is gone whether or not its cgroup goes at once: it no longer counts
+        // in the burstable shares, and what is left is an orphan for housekeeping.
+        {
+            let mut pods = self.lock();
+            let was_burstable = pods
+                .remove(uid)
+                .is_some_and(|t| crate::qos::qos_class(&t.pod) == "Burstable");
+            if was_burstable {
+                self.update_qos_locked(&pods)?;
+            }
+        }
+        for name in names {
             self.cgroups.destroy(&name)?;
         }
-        let mut pods = self.lock();
-        let was_burstable = pods
-            .remove(uid)
-            .is_some_and(|t| crate::qos::qos_class(&t.pod) == "Burstable");
-        if was_burstable {
-            self.update_qos_locked(&pods)?;
-        }
         Ok(())
+    }
+
+    /// Removes the cgroup of a pod this manager does not track (an orphan: its pod is
+    /// gone), unless [`Self::ensure_pod`] took the UID up again. Returns whether it
+    /// removed it. Until it is done, [`Self::ensure_pod`] refuses the UID with
+    /// [`Error::BeingRemoved`], so a pod coming back is not destroyed with its orphan.
+    pub fn remove_orphan(&self, uid: &str) -> Result<bool> {
+        {
+            let pods = self.lock();
+            if pods.contains_key(uid) {
+                return Ok(false);
+            }
+            let mut removing = self.removing.lock().unwrap_or_else(|e| e.into_inner());
+            if !removing.insert(uid.to_owned()) {
+                return Ok(false);
+            }
+        }
+        let result = self.remove_pod(uid);
+        self.removing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+        result.map(|()| true)
     }
 
     /// The pod cgroups on disk, by UID.
@@ -426,22 +464,25 @@ impl ContainerManager {
     /// Returns the UIDs removed; if some could not be, the error lists them all
     /// after every other was tried.
     pub fn cleanup_orphans(&self, active: &HashSet<String>) -> Result<Vec<String>> {
+        {
+            let mut pods = self.lock();
+            let before = pods.len();
+            pods.retain(|uid, _| active.contains(uid));
+            if pods.len() != before {
+                self.update_qos_locked(&pods)?;
+            }
+        }
         let mut removed = Vec::new();
         let mut errors = Vec::new();
         for uid in self.pod_cgroups()?.into_keys() {
             if active.contains(&uid) {
                 continue;
             }
-            match self.remove_pod(&uid) {
-                Ok(()) => removed.push(uid),
+            match self.remove_orphan(&uid) {
+                Ok(true) => removed.push(uid),
+                Ok(false) => {}
                 Err(e) => errors.push(e),
             }
-        }
-        let mut pods = self.lock();
-        let before = pods.len();
-        pods.retain(|uid, _| active.contains(uid));
-        if pods.len() != before {
-            self.update_qos_locked(&pods)?;
         }
         if errors.is_empty() {
             Ok(removed)
@@ -471,6 +512,50 @@ impl ContainerManager {
             &self.qos_cgroup("BestEffort"),
             &shares_of(formulas::MIN_SHARES),
         )
+    }
+}
+
+/// The containers' `oom_score_adj`, which the kubelet sets whether or not it makes pod
+/// cgroups (`cgroupsPerQOS`).
+#[derive(Clone, Copy, Debug)]
+pub struct OomScores {
+    /// The node's memory capacity, for the Burstable formula.
+    pub memory_capacity_bytes: u64,
+    /// The lowest value this process may give: its own without `CAP_SYS_RESOURCE`.
+    pub floor: i64,
+}
+
+impl OomScores {
+    /// For a node with `memory_capacity_bytes`, with the floor of this process.
+    pub fn new(memory_capacity_bytes: u64) -> std::io::Result<Self> {
+        let floor = if formulas::has_cap_sys_resource() {
+            -1000
+        } else {
+            formulas::own_oom_score_adj()?
+        };
+        Ok(Self {
+            memory_capacity_bytes,
+            floor,
+        })
+    }
+
+    /// The pod's `oom_score_adj` for a container ([`formulas::oom_score_adj`] on the
+    /// node's memory capacity), clamped to this process's own value, which a process
+    /// without `CAP_SYS_RESOURCE` cannot go below; the clamp is logged.
+    pub fn for_container(&self, pod: &Pod, container: &Container) -> i64 {
+        let wanted = formulas::oom_score_adj(pod, container, self.memory_capacity_bytes);
+        let value = formulas::clamp_oom_score_adj(wanted, self.floor);
+
+        if value != wanted {
+            tracing::info!(
+                pod = %crate::podconfig::full_name(pod),
+                container = %container.name,
+                wanted,
+                value,
+                "oom_score_adj raised to the node's own: without CAP_SYS_RESOURCE it cannot be lowered"
+            );
+        }
+        value
     }
 }
 
@@ -865,6 +950,37 @@ pub(crate) mod tests {
     /// The manager on a scratch v2 layout: QoS shares as weights, pod values as v2
     /// files (a plain directory standing in for a cgroup2 mount; see the cgroup
     /// module's scratch test for what that does and does not show).
+    #[test]
+    fn an_orphan_being_removed_is_not_made_again_and_a_tracked_pod_is_no_orphan() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::write(root.join("cgroup.controllers"), "cpu memory pids").unwrap();
+        let manager = ContainerManager::new(Config {
+            mount_root: root.into(),
+            capacity: NodeResources {
+                milli_cpu: 2000,
+                memory_bytes: 4096 * MI,
+            },
+            ..Default::default()
+        })
+        .unwrap();
+        manager.start().unwrap();
+        let pod = guaranteed("g-2");
+        manager.ensure_pod(&pod).unwrap();
+        // Housekeeping decided on an old list: the pod came back since, and stays.
+        assert!(!manager.remove_orphan("g-2").unwrap());
+        assert!(root.join("kubepods/podg-2").is_dir());
+        // While an orphan of that UID is being removed, it is not made again.
+        // (Its pod went: forgotten, the cgroup on disk being the orphan.)
+        manager.lock().remove("g-2");
+        manager.removing.lock().unwrap().insert("g-2".into());
+        let err = manager.ensure_pod(&pod).unwrap_err();
+        assert!(matches!(err, Error::BeingRemoved { .. }), "{err}");
+        manager.removing.lock().unwrap().clear();
+        manager.ensure_pod(&pod).unwrap();
+        assert!(root.join("kubepods/podg-2").is_dir());
+    }
+
     #[test]
     fn manager_writes_v2_files_in_a_scratch_directory() {
         let dir = tempfile::tempdir().unwrap();

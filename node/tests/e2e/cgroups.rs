@@ -13,7 +13,7 @@ use wasmlet_testkit::node::{NodeOptions, TestNode, poll};
 use crate::*;
 
 /// `<mount>/<hierarchy><cgroup root>/kubepods/<qos>/pod<uid>`.
-fn pod_cgroup(node: &TestNode, hierarchy: &str, qos: &str, pod: &Pod) -> PathBuf {
+pub(crate) fn pod_cgroup(node: &TestNode, hierarchy: &str, qos: &str, pod: &Pod) -> PathBuf {
     let mut p = PathBuf::from("/sys/fs/cgroup")
         .join(hierarchy)
         .join(node.cgroup_root.trim_start_matches('/'))
@@ -24,7 +24,7 @@ fn pod_cgroup(node: &TestNode, hierarchy: &str, qos: &str, pod: &Pod) -> PathBuf
     p.join(format!("pod{}", pod.metadata.uid.as_deref().unwrap()))
 }
 
-fn read(path: PathBuf) -> String {
+pub(crate) fn read(path: PathBuf) -> String {
     std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .trim()
@@ -250,4 +250,25 @@ fn container_pods_get_their_pod_cgroup_as_cgroup_parent() {
         poll(Duration::from_secs(15), || (!cg.exists()).then_some(()))
             .unwrap_or_else(|| panic!("{} is left", cg.display()));
     }
+}
+
+/// A pod that finished keeps its status but not its cgroup: nothing runs in it, and
+/// it stops counting in the burstable shares.
+#[test]
+fn a_finished_pods_cgroup_is_removed_while_the_pod_stays() {
+    let node = start(&["hello"]);
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: done}}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: main\n    image: {}\n    imagePullPolicy: IfNotPresent\n    resources: {{requests: {{cpu: 300m}}}}\n",
+        image("hello")
+    );
+    node.write_manifest("done.yaml", &yaml).unwrap();
+    let done = node
+        .wait_pod("done", LONG, |p| phase(p) == "Succeeded")
+        .unwrap();
+    let cg = pod_cgroup(&node, "cpu", "Burstable", &done);
+    poll(Duration::from_secs(15), || (!cg.exists()).then_some(()))
+        .unwrap_or_else(|| panic!("{} is left", cg.display()));
+    let burstable = cg.parent().unwrap().join("cpu.shares");
+    assert_eq!(read(burstable), "2", "no Burstable pod is counted any more");
+    assert_eq!(phase(&node.pod("done").unwrap()), "Succeeded");
 }

@@ -852,3 +852,174 @@ fn the_service_account_volume_every_cluster_pod_gets_is_projected_into_wasm_pods
     let token = read("token").rsplit(": ").next().unwrap().to_owned();
     assert!(!node.log().contains(&token));
 }
+
+/// In-place pod resize: an API pod whose container resources change keeps running
+/// (same instance, no restart); its pod cgroup, its Wasm store's memory cap and its
+/// status follow. A memory limit below what the guest's memory already uses is refused
+/// with the kubelet's `PodResizeInProgress` condition (reason `Error`).
+#[test]
+fn an_api_pod_is_resized_in_place_without_a_restart() {
+    use crate::cgroups::{pod_cgroup, read};
+    let c = cluster();
+    let node = start_with(node_options(&c, &["ticker"]));
+    let resources = |cpu: &str, memory: &str| {
+        serde_json::from_value(serde_json::json!({
+            "requests": { "cpu": "100m", "memory": "16Mi" },
+            "limits": { "cpu": cpu, "memory": memory },
+        }))
+        .unwrap()
+    };
+    let mut pod = api_pod("resized", "ticker");
+    pod.spec.as_mut().unwrap().containers[0].resources = Some(resources("200m", "64Mi"));
+    c.api.create(&pod).unwrap();
+    let running = wait("the pod to run", LONG, || {
+        c.api
+            .get::<Pod>(Some("default"), "resized")
+            .filter(is_running)
+    });
+    let first_id = container(&running).container_id.unwrap();
+    let cpu = pod_cgroup(&node, "cpu", "Burstable", &running);
+    let memory = pod_cgroup(&node, "memory", "Burstable", &running);
+    assert_eq!(read(cpu.join("cpu.cfs_quota_us")), "20000");
+    // The limit plus the Wasm sandbox's 64 Mi overhead.
+    assert_eq!(
+        read(memory.join("memory.limit_in_bytes")),
+        (128u64 << 20).to_string()
+    );
+    let limits = |p: &Pod| {
+        container(p)
+            .resources
+            .and_then(|r| r.limits)
+            .map(|l| (l["cpu"].0.clone(), l["memory"].0.clone()))
+    };
+    assert_eq!(
+        limits(&running),
+        Some(("200m".to_owned(), "64Mi".to_owned()))
+    );
+
+    // Up: the pod cgroup and the status follow, the container keeps running.
+    let mut bigger = running.clone();
+    bigger.metadata.resource_version = None;
+    bigger.spec.as_mut().unwrap().containers[0].resources = Some(resources("400m", "96Mi"));
+    c.api.replace(&bigger).unwrap();
+    let resized = wait("the resize to show in the status", LONG, || {
+        c.api
+            .get::<Pod>(Some("default"), "resized")
+            .filter(|p| limits(p) == Some(("400m".to_owned(), "96Mi".to_owned())))
+    });
+    assert_eq!(read(cpu.join("cpu.cfs_quota_us")), "40000");
+    assert_eq!(
+        read(memory.join("memory.limit_in_bytes")),
+        (160u64 << 20).to_string()
+    );
+    let status = container(&resized);
+    assert_eq!(status.container_id.as_ref(), Some(&first_id));
+    assert_eq!(status.restart_count, 0);
+    assert!(is_running(&resized));
+    assert_eq!(
+        status.allocated_resources.unwrap()["memory"].0,
+        "16Mi",
+        "allocatedResources are the requests"
+    );
+
+    // Below what its linear memory uses: refused, and said so; it keeps running.
+    let mut tiny = resized.clone();
+    tiny.metadata.resource_version = None;
+    tiny.spec.as_mut().unwrap().containers[0].resources = Some(resources("400m", "1Mi"));
+    c.api.replace(&tiny).unwrap();
+    let refused = wait("the refused resize to show", LONG, || {
+        c.api
+            .get::<Pod>(Some("default"), "resized")
+            .filter(|p| condition(p, "PodResizeInProgress").as_deref() == Some("True"))
+    });
+    let cond = refused
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodResizeInProgress"))
+        .cloned()
+        .unwrap();
+    assert_eq!(cond.reason.as_deref(), Some("Error"));
+    assert!(
+        cond.message.as_deref().unwrap().contains("cannot shrink"),
+        "{cond:?}"
+    );
+    assert!(is_running(&refused));
+    assert_eq!(container(&refused).restart_count, 0);
+    assert_eq!(
+        limits(&refused),
+        Some(("400m".to_owned(), "96Mi".to_owned())),
+        "the status keeps what the container runs with"
+    );
+}
+
+/// In-place resize of a container pod: UpdateContainerResources through containerd
+/// changes the running container's own cgroup (runc's), and the pod cgroup follows.
+#[test]
+fn a_container_pod_is_resized_in_place_through_update_container_resources() {
+    use crate::cgroups::{pod_cgroup, read};
+    use wasmlet_testkit::containerd::{Containerd, images::BUSYBOX_IMAGE};
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let c = cluster();
+    let node = start_with(node_options(&c, &[]).with_cri(containerd.address()));
+    let limits = |cpu: &str| -> k8s_openapi::api::core::v1::ResourceRequirements {
+        serde_json::from_value(serde_json::json!({
+            "requests": { "cpu": "100m", "memory": "16Mi" },
+            "limits": { "cpu": cpu, "memory": "64Mi" },
+        }))
+        .unwrap()
+    };
+    let mut pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": "busy", "namespace": "default" },
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sleep", "600"],
+            }],
+        },
+    }))
+    .unwrap();
+    pod.spec.as_mut().unwrap().containers[0].resources = Some(limits("500m"));
+    c.api.create(&pod).unwrap();
+    let running = wait("the pod to run", LONG, || {
+        c.api.get::<Pod>(Some("default"), "busy").filter(is_running)
+    });
+    let id = container(&running).container_id.unwrap();
+    let pod_cpu = pod_cgroup(&node, "cpu", "Burstable", &running);
+    let own_cpu = pod_cpu.join(id.trim_start_matches("containerd://"));
+    assert_eq!(read(own_cpu.join("cpu.cfs_quota_us")), "50000");
+    assert_eq!(read(pod_cpu.join("cpu.cfs_quota_us")), "50000");
+
+    let mut bigger = running.clone();
+    bigger.metadata.resource_version = None;
+    bigger.spec.as_mut().unwrap().containers[0].resources = Some(limits("700m"));
+    c.api.replace(&bigger).unwrap();
+    wait("the container's own quota to change", LONG, || {
+        (read(own_cpu.join("cpu.cfs_quota_us")) == "70000").then_some(())
+    });
+    assert_eq!(read(pod_cpu.join("cpu.cfs_quota_us")), "70000");
+    let resized = wait("the status to follow", LONG, || {
+        c.api.get::<Pod>(Some("default"), "busy").filter(|p| {
+            container(p)
+                .resources
+                .and_then(|r| r.limits)
+                .is_some_and(|l| l["cpu"].0 == "700m")
+        })
+    });
+    assert_eq!(container(&resized).container_id.as_ref(), Some(&id));
+    assert_eq!(container(&resized).restart_count, 0);
+    c.api
+        .delete::<Pod>(Some("default"), "busy", Some(0))
+        .unwrap();
+    poll(Duration::from_secs(30), || {
+        (!pod_cpu.exists()).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{} is left", pod_cpu.display()));
+}

@@ -68,6 +68,21 @@ pub trait Runtime: Send + Sync + 'static {
     /// Removes a container that is not running. Idempotent.
     async fn remove_container(&self, container_id: &str) -> Result<()>;
 
+    /// Changes a created or running container's resources in place (CRI's
+    /// UpdateContainerResources: in-place pod resize). What the runtime cannot
+    /// change is refused with [`Error::FailedPrecondition`].
+    async fn update_container_resources(
+        &self,
+        container_id: &str,
+        resources: &ContainerResources,
+    ) -> Result<()> {
+        let _ = (container_id, resources);
+        Err(Error::Unsupported {
+            runtime: self.name().to_owned(),
+            operation: "update_container_resources",
+        })
+    }
+
     /// Every container the runtime knows, in any state.
     async fn list_containers(&self) -> Result<Vec<Container>>;
 

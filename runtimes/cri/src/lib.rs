@@ -44,9 +44,9 @@ use wasmlet_proto::cri::v1 as cri;
 use wasmlet_proto::cri::v1::image_service_client::ImageServiceClient;
 use wasmlet_proto::cri::v1::runtime_service_client::RuntimeServiceClient;
 use wasmlet_runtime::{
-    Container, ContainerConfig, ContainerStatus, Error, ExecResult, FilesystemUsage, Image,
-    PodSandbox, PodSandboxConfig, PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus,
-    RuntimeVersion,
+    Container, ContainerConfig, ContainerResources, ContainerStatus, Error, ExecResult,
+    FilesystemUsage, Image, PodSandbox, PodSandboxConfig, PodSandboxStatus, Result, Runtime,
+    RuntimeEvent, RuntimeStatus, RuntimeVersion,
 };
 
 use crate::error::{Op, from_status};
@@ -413,6 +413,25 @@ impl Runtime for CriRuntime {
         };
         self.rt()
             .start_container(request(message, op.timeout))
+            .await
+            .map(drop)
+            .map_err(|s| from_status(&op, s))
+    }
+
+    async fn update_container_resources(
+        &self,
+        container_id: &str,
+        resources: &ContainerResources,
+    ) -> Result<()> {
+        let op =
+            Op::new("UpdateContainerResources", "container", container_id).timeout(self.timeout());
+        let message = cri::UpdateContainerResourcesRequest {
+            container_id: container_id.to_owned(),
+            linux: Some(convert::linux_resources(resources)),
+            ..Default::default()
+        };
+        self.rt()
+            .update_container_resources(request(message, op.timeout))
             .await
             .map(drop)
             .map_err(|s| from_status(&op, s))

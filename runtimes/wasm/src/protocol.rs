@@ -52,6 +52,14 @@ pub enum Op {
         argv: Vec<String>,
         timeout_ms: u64,
     },
+    /// Change a container's memory limit in place (CRI's UpdateContainerResources):
+    /// a running guest's stores are held to the new cap from their next growth. A
+    /// limit below what its linear memories already use is refused: Wasm memory
+    /// cannot shrink.
+    Update {
+        container_id: String,
+        memory_limit_bytes: Option<u64>,
+    },
     /// Report every container's state (the reply's `containers`).
     List,
     /// Stop every container, reply, and exit.

@@ -35,9 +35,9 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::Command;
 use tokio::sync::{broadcast, oneshot, watch};
 use wasmlet_runtime::{
-    Container, ContainerConfig, ContainerEventKind, ContainerState, ContainerStatus, Error,
-    ExecResult, FilesystemUsage, Image, PodSandbox, PodSandboxConfig, PodSandboxStatus, Result,
-    Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion, SandboxState,
+    Container, ContainerConfig, ContainerEventKind, ContainerResources, ContainerState,
+    ContainerStatus, Error, ExecResult, FilesystemUsage, Image, PodSandbox, PodSandboxConfig,
+    PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion, SandboxState,
 };
 
 use crate::cgroup::{self, PodCgroup};
@@ -992,6 +992,29 @@ impl Runtime for WasmRuntime {
             &sandbox,
             Op::Start {
                 container_id: container_id.to_owned(),
+            },
+            REQUEST_TIMEOUT,
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Only the memory limit applies to a Wasm container: its store's cap changes in
+    /// place. CPU shares and quota are the pod cgroup's, which the node sets (the
+    /// containers of a pod share one sandbox process); the oom_score_adj is the
+    /// sandbox's.
+    async fn update_container_resources(
+        &self,
+        container_id: &str,
+        resources: &ContainerResources,
+    ) -> Result<()> {
+        let c = self.container(container_id)?;
+        let sandbox = self.sandbox(&c.sandbox_id)?;
+        self.call(
+            &sandbox,
+            Op::Update {
+                container_id: container_id.to_owned(),
+                memory_limit_bytes: resources.memory_limit_bytes,
             },
             REQUEST_TIMEOUT,
         )

@@ -33,7 +33,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -145,6 +145,8 @@ enum Slot {
         started_at: Timestamp,
         /// The container's program and spec, which an exec runs again.
         prepared: Arc<Prepared>,
+        /// The guest's memory cap and use, which an update changes in place.
+        memory: Arc<MemoryCap>,
     },
     Exited {
         started_at: Timestamp,
@@ -395,6 +397,12 @@ impl Sandbox {
                 Ok(Answer::default())
             }
             Op::Start { container_id } => self.start(container_id).map(|()| Answer::default()),
+            Op::Update {
+                container_id,
+                memory_limit_bytes,
+            } => self
+                .update(&container_id, memory_limit_bytes)
+                .map(|()| Answer::default()),
             Op::Stop {
                 container_id,
                 timeout_ms,
@@ -515,6 +523,36 @@ impl Sandbox {
         })
     }
 
+    /// Changes a container's memory limit: a created one's spec, a running one's cap
+    /// in place.
+    fn update(&self, container_id: &str, limit: Option<u64>) -> wasmtime::Result<()> {
+        let mut containers = self.containers.lock().unwrap();
+        match containers.get_mut(container_id) {
+            Some(Slot::Created(prepared)) => {
+                prepared.spec.memory_limit_bytes = limit;
+                Ok(())
+            }
+            Some(Slot::Running { memory, .. }) => memory.set_limit(limit).map_err(|used| {
+                refuse(
+                    ErrorKind::FailedPrecondition,
+                    format!(
+                        "container {container_id}: a memory limit of {} bytes is below the {used} \
+                         bytes its linear memories use, and Wasm memory cannot shrink",
+                        limit.unwrap_or_default()
+                    ),
+                )
+            }),
+            Some(Slot::Exited { .. }) => Err(refuse(
+                ErrorKind::FailedPrecondition,
+                format!("container {container_id} has exited"),
+            )),
+            None => Err(refuse(
+                ErrorKind::FailedPrecondition,
+                format!("container {container_id} is not in this sandbox"),
+            )),
+        }
+    }
+
     fn start(self: &Arc<Self>, container_id: String) -> wasmtime::Result<()> {
         let mut containers = self.containers.lock().unwrap();
         let prepared = match containers.remove(&container_id) {
@@ -534,6 +572,7 @@ impl Sandbox {
             }
         };
         let prepared: Arc<Prepared> = Arc::from(prepared);
+        let memory = Arc::new(MemoryCap::new(prepared.spec.memory_limit_bytes));
         let cancel = CancellationToken::new();
         let stop = Arc::new(AtomicBool::new(false));
         let (exited_tx, exited_rx) = watch::channel(false);
@@ -546,6 +585,7 @@ impl Sandbox {
                 exited: exited_rx,
                 started_at,
                 prepared: prepared.clone(),
+                memory: memory.clone(),
             },
         );
         drop(containers);
@@ -557,7 +597,7 @@ impl Sandbox {
         });
         tokio::spawn(async move {
             let exit = tokio::select! {
-                exit = run(&this.engine, &prepared, &log, stop) => exit,
+                exit = run(&this.engine, &prepared, &log, stop, memory) => exit,
                 () = cancel.cancelled() => Exit {
                     code: KILLED_EXIT_CODE,
                     reason: "Error".into(),
@@ -602,12 +642,15 @@ impl Sandbox {
                 "an exec needs a command",
             ));
         }
-        let (prepared, ended) = {
+        let (prepared, ended, limit) = {
             let containers = self.containers.lock().unwrap();
             match containers.get(container_id) {
                 Some(Slot::Running {
-                    prepared, cancel, ..
-                }) => (prepared.clone(), cancel.clone()),
+                    prepared,
+                    cancel,
+                    memory,
+                    ..
+                }) => (prepared.clone(), cancel.clone(), memory.limit()),
                 Some(_) => {
                     return Err(refuse(
                         ErrorKind::FailedPrecondition,
@@ -630,11 +673,13 @@ impl Sandbox {
             GuestOutput::Capture(stdout.clone()),
             GuestOutput::Capture(stderr.clone()),
         )?;
+        // An exec is a new instance with the container's current limit (its own
+        // memory counted apart).
         let run = run_guest(
             &self.engine,
             &prepared.program,
             wasi,
-            prepared.spec.memory_limit_bytes,
+            Arc::new(MemoryCap::new(limit)),
             Arc::default(),
         );
         let deadline = async {
@@ -674,7 +719,13 @@ impl Sandbox {
 }
 
 /// Runs one container's guest to the end and says how it ended.
-async fn run(engine: &Engine, prepared: &Prepared, log: &CriLog, stop: Arc<AtomicBool>) -> Exit {
+async fn run(
+    engine: &Engine,
+    prepared: &Prepared,
+    log: &CriLog,
+    stop: Arc<AtomicBool>,
+    memory: Arc<MemoryCap>,
+) -> Exit {
     let spec = &prepared.spec;
     let output = |stream| GuestOutput::Log {
         log: log.clone(),
@@ -686,16 +737,7 @@ async fn run(engine: &Engine, prepared: &Prepared, log: &CriLog, stop: Arc<Atomi
         output(Stream::Stdout),
         output(Stream::Stderr),
     ) {
-        Ok(wasi) => {
-            run_guest(
-                engine,
-                &prepared.program,
-                wasi,
-                spec.memory_limit_bytes,
-                stop,
-            )
-            .await
-        }
+        Ok(wasi) => run_guest(engine, &prepared.program, wasi, memory, stop).await,
         Err(e) => Exit {
             code: 128,
             reason: "StartError".into(),
@@ -704,16 +746,16 @@ async fn run(engine: &Engine, prepared: &Prepared, log: &CriLog, stop: Arc<Atomi
     }
 }
 
-/// Instantiates `program` in a store of its own, with `wasi` and a fresh limiter of
-/// `memory_limit` bytes, and runs it to the end: a container's guest or an exec.
+/// Instantiates `program` in a store of its own, with `wasi` and a limiter held to
+/// `memory`, and runs it to the end: a container's guest or an exec.
 async fn run_guest(
     engine: &Engine,
     program: &Program,
     mut wasi: WasiCtxBuilder,
-    memory_limit: Option<u64>,
+    memory: Arc<MemoryCap>,
     stop: Arc<AtomicBool>,
 ) -> Exit {
-    let limiter = MemoryLimiter::new(memory_limit);
+    let limiter = MemoryLimiter::new(memory);
     let (result, limiter) = match program {
         Program::Module(pre) => {
             let mut store = Store::new(
@@ -776,7 +818,7 @@ fn exit_of(result: wasmtime::Result<i32>, limiter: &MemoryLimiter) -> Exit {
                     reason: "OOMKilled".into(),
                     message: format!(
                         "memory limit of {} bytes reached: {message}",
-                        limiter.limit.unwrap_or_default()
+                        limiter.cap.limit().unwrap_or_default()
                     ),
                 }
             } else {
@@ -844,19 +886,52 @@ impl WasiView for P2State {
     }
 }
 
+/// A container's memory cap and what its linear memories use, shared between its
+/// store's limiter and the sandbox, which changes the cap in place.
+#[derive(Debug)]
+struct MemoryCap {
+    /// The cap in bytes; `u64::MAX` is none.
+    limit: AtomicU64,
+    used: AtomicU64,
+}
+
+impl MemoryCap {
+    fn new(limit: Option<u64>) -> Self {
+        MemoryCap {
+            limit: AtomicU64::new(limit.unwrap_or(u64::MAX)),
+            used: AtomicU64::new(0),
+        }
+    }
+
+    fn limit(&self) -> Option<u64> {
+        Some(self.limit.load(Ordering::Relaxed)).filter(|l| *l != u64::MAX)
+    }
+
+    /// Sets a new cap, unless the memories already use more: they cannot shrink.
+    fn set_limit(&self, limit: Option<u64>) -> Result<(), u64> {
+        let used = self.used.load(Ordering::Relaxed);
+        match limit {
+            Some(l) if l < used => Err(used),
+            _ => {
+                self.limit
+                    .store(limit.unwrap_or(u64::MAX), Ordering::Relaxed);
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Caps the sum of a container's linear memories and remembers a refusal, so a trap
 /// that follows can be reported as an OOM kill.
 struct MemoryLimiter {
-    limit: Option<u64>,
-    used: u64,
+    cap: Arc<MemoryCap>,
     refused: bool,
 }
 
 impl MemoryLimiter {
-    fn new(limit: Option<u64>) -> Self {
+    fn new(cap: Arc<MemoryCap>) -> Self {
         MemoryLimiter {
-            limit,
-            used: 0,
+            cap,
             refused: false,
         }
     }
@@ -869,14 +944,16 @@ impl ResourceLimiter for MemoryLimiter {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        // One store grows at a time: its guest runs on one task.
         let grow = (desired - current) as u64;
-        if let Some(limit) = self.limit
-            && self.used + grow > limit
+        let used = self.cap.used.load(Ordering::Relaxed);
+        if let Some(limit) = self.cap.limit()
+            && used + grow > limit
         {
             self.refused = true;
             return Ok(false);
         }
-        self.used += grow;
+        self.cap.used.store(used + grow, Ordering::Relaxed);
         Ok(true)
     }
 
