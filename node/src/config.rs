@@ -163,6 +163,9 @@ struct WasmletSection {
     pleg_relist_period: Option<String>,
     /// RuntimeClass name -> handler. `wasmtime` is always there.
     runtime_handlers: Option<BTreeMap<String, String>>,
+    /// The node's Wasm plugins (`docs/plugins.md`).
+    #[serde(default)]
+    plugins: Vec<wasmlet_plugin_host::PluginConfig>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -233,6 +236,8 @@ pub struct NodeConfig {
     pub sandbox_args: Vec<String>,
     /// The QoS and pod cgroups; `None` with `cgroupsPerQOS: false`.
     pub cgroups: Option<CgroupSettings>,
+    /// The Wasm plugins to load (`wasmlet.plugins`).
+    pub plugins: Vec<wasmlet_plugin_host::PluginConfig>,
 }
 
 /// How the node lays out and enforces its cgroups.
@@ -324,7 +329,7 @@ impl NodeFlags {
                 "config: ignoring KubeletConfiguration field {key:?}, which wasmlet does not use"
             );
         }
-        let section = file.wasmlet.unwrap_or_default();
+        let mut section = file.wasmlet.unwrap_or_default();
         let backoff = section.restart_backoff.unwrap_or_default();
 
         let mut dur =
@@ -597,6 +602,13 @@ impl NodeFlags {
                     .filter(|e| !e.trim().is_empty()),
                 request_timeout,
             });
+        let plugins = std::mem::take(&mut section.plugins);
+        for e in wasmlet_plugin_host::validate_plugins(
+            &plugins,
+            wasmlet_plugin_host::HostOptions::default().max_memory_bytes,
+        ) {
+            errors.push(format!("wasmlet.plugins: {e}"));
+        }
         let mut runtime_handlers = section.runtime_handlers.unwrap_or_default();
         runtime_handlers
             .entry(wasmlet_runtime_wasm::HANDLER.to_owned())
@@ -748,6 +760,7 @@ impl NodeFlags {
             sandbox_program,
             sandbox_args,
             cgroups,
+            plugins,
         })
     }
 }

@@ -20,6 +20,7 @@ pub mod hooks;
 pub mod machine;
 pub mod node;
 pub mod pleg;
+pub mod plugins;
 pub mod podconfig;
 pub mod podspec;
 pub mod prober;

@@ -93,6 +93,107 @@ async fn node_facts(
     }
 }
 
+/// Loads the configured plugins (`wasmlet.plugins`), if any, and watches their files.
+/// A plugin that cannot be loaded is an error in the log and a `PluginLoadFailed`
+/// event, not the node's end: calls to it fail by its world's policy. Disables,
+/// re-enables and reloads become events on the Node.
+async fn start_plugins(
+    config: &NodeConfig,
+    images: &wasmlet_runtime_wasm::image::ImageStore,
+    events: &EventRecorder,
+    cancel: CancellationToken,
+) -> Option<wasmlet_plugin_host::PluginHost> {
+    use wasmlet_plugin_host::{PluginEventKind, PluginSource};
+    if config.plugins.is_empty() {
+        return None;
+    }
+    let node_name = config.node_name.clone();
+    let recorder = events.clone();
+    let sink: wasmlet_plugin_host::EventSink = Arc::new(move |event| {
+        let (type_, reason, message) = match &event.kind {
+            PluginEventKind::Disabled {
+                failures,
+                backoff,
+                last_error,
+            } => (
+                crate::cluster::events::WARNING,
+                "PluginDisabled",
+                format!(
+                    "plugin {} disabled for {backoff:?} after {failures} failures in a row: {last_error}",
+                    event.plugin
+                ),
+            ),
+            PluginEventKind::Enabled => (
+                crate::cluster::events::NORMAL,
+                "PluginEnabled",
+                format!("plugin {} answers again", event.plugin),
+            ),
+            PluginEventKind::Reloaded => (
+                crate::cluster::events::NORMAL,
+                "PluginReloaded",
+                format!("plugin {} reloaded from its changed file", event.plugin),
+            ),
+            PluginEventKind::ReloadFailed { error } => (
+                crate::cluster::events::WARNING,
+                "PluginReloadFailed",
+                format!(
+                    "plugin {}: its changed file cannot be loaded; the previous version keeps running: {error}",
+                    event.plugin
+                ),
+            ),
+        };
+        tracing::warn!(plugin = %event.plugin, reason, "{message}");
+        recorder.node(&node_name, type_, reason, &message);
+    });
+    let host = match wasmlet_plugin_host::PluginHost::new(wasmlet_plugin_host::HostOptions {
+        events: Some(sink),
+        ..Default::default()
+    }) {
+        Ok(host) => host,
+        Err(e) => {
+            tracing::error!("plugins: cannot start the plugin host: {e:#}; no plugin runs");
+            return None;
+        }
+    };
+    for plugin in &config.plugins {
+        let name = plugin.name.clone();
+        let loaded = match &plugin.source {
+            PluginSource::File(_) => host
+                .load(plugin.clone())
+                .await
+                .map_err(|e| format!("{e:#}")),
+            // An image in the node's Wasm image store (imported or pulled for a pod).
+            PluginSource::Image(reference) => match images.resolve(reference) {
+                Ok(entry) => match std::fs::read(images.blob_path(&entry.image.wasm_digest)) {
+                    Ok(bytes) => host
+                        .load_bytes(plugin.clone(), bytes)
+                        .await
+                        .map_err(|e| format!("{e:#}")),
+                    Err(e) => Err(format!("reading image {reference}: {e}")),
+                },
+                Err(e) => Err(format!("image {reference}: {e}")),
+            },
+        };
+        match loaded {
+            Ok(()) => {
+                tracing::info!(plugin = %name, world = %plugin.world.as_str(), "plugin loaded")
+            }
+            Err(e) => {
+                tracing::error!(plugin = %name, "plugin not loaded: {e}");
+                events.node(
+                    &config.node_name,
+                    crate::cluster::events::WARNING,
+                    "PluginLoadFailed",
+                    &format!("plugin {name} not loaded: {e}"),
+                );
+            }
+        }
+    }
+    let watcher = host.clone();
+    tokio::spawn(async move { watcher.watch(cancel).await });
+    Some(host)
+}
+
 /// Runs the node until `cancel` fires, then stops its Wasm sandboxes.
 pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Result<()> {
     let started = Instant::now();
@@ -288,12 +389,16 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
             arch,
         }
     });
+    let plugins = start_plugins(&config, wasm.images(), &events, cancel.clone()).await;
     let statuses = StatusStore::default();
     let (probe_tx, probe_rx) = mpsc::unbounded_channel();
     let probes = crate::prober::ProbeManager::new(
         statuses.clone(),
         Some(router.clone()),
-        Arc::new(crate::prober::RealRunner),
+        Arc::new(match &plugins {
+            Some(host) => crate::prober::RealRunner::with_plugins(host.clone()),
+            None => crate::prober::RealRunner::default(),
+        }),
         events.clone(),
         probe_tx,
     );
@@ -354,6 +459,7 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     let state = ServerState {
         statuses: statuses.clone(),
         probes: Some(probes.clone()),
+        plugins: plugins.clone(),
         checks,
         ready_checks,
     };
@@ -552,6 +658,10 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
     .with_probes(probes, probe_rx);
     let sync_loop = match admission_node {
         Some(node) => sync_loop.with_admission(node, events.clone()),
+        None => sync_loop,
+    };
+    let sync_loop = match &plugins {
+        Some(host) => sync_loop.with_plugins(host.clone()),
         None => sync_loop,
     };
     sync_loop.run(sources_rx, pleg_rx, cancel.clone()).await;

@@ -33,6 +33,8 @@ pub struct ServerState {
     pub statuses: StatusStore,
     /// For `/metrics/probes`.
     pub probes: Option<crate::prober::ProbeManager>,
+    /// For `/metrics/plugins`.
+    pub plugins: Option<wasmlet_plugin_host::PluginHost>,
     /// Liveness: `/healthz`.
     pub checks: Vec<(&'static str, Check)>,
     /// Readiness, on top of liveness: `/readyz`.
@@ -106,11 +108,29 @@ async fn probe_metrics(State(state): State<ServerState>) -> Response {
         .into_response()
 }
 
+/// Per-plugin calls, failures by kind and latency (`wasmlet_plugin_*`).
+async fn plugin_metrics(State(state): State<ServerState>) -> Response {
+    let text = state
+        .plugins
+        .as_ref()
+        .map(|p| p.metrics_text())
+        .unwrap_or_default();
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
 /// The read-only router.
 pub fn read_only_router(state: ServerState) -> Router {
     Router::new()
         .route("/pods", get(pods))
         .route("/metrics/probes", get(probe_metrics))
+        .route("/metrics/plugins", get(plugin_metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state)

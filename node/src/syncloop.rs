@@ -100,6 +100,8 @@ pub struct SyncLoop {
     housekeeping_running: Arc<std::sync::atomic::AtomicBool>,
     /// Whether a removal of orphaned pod cgroups is under way.
     cgroup_cleanup_running: Arc<std::sync::atomic::AtomicBool>,
+    /// Admission plugins.
+    plugins: Option<wasmlet_plugin_host::PluginHost>,
     /// The pod sources this node has; housekeeping removes nothing until each has
     /// sent its first snapshot (the kubelet's `sourcesReady`).
     sources: Vec<String>,
@@ -143,6 +145,7 @@ impl SyncLoop {
             health,
             housekeeping_running: Arc::default(),
             cgroup_cleanup_running: Arc::default(),
+            plugins: None,
             sources: Vec::new(),
             deleting: HashSet::new(),
             static_pods: Default::default(),
@@ -202,6 +205,13 @@ impl SyncLoop {
         self
     }
 
+    /// Asks the admission plugins of `host` about every new pod, after the built-in
+    /// admission.
+    pub fn with_plugins(mut self, host: wasmlet_plugin_host::PluginHost) -> Self {
+        self.plugins = Some(host);
+        self
+    }
+
     /// Admits new pods against `node` (resources, node affinity, OS, taints) and
     /// records admission rejections as events with `events`.
     pub fn with_admission(
@@ -216,7 +226,7 @@ impl SyncLoop {
 
     /// The kubelet's admission of a new pod; a rejected pod is Failed with the
     /// rejection's reason and never started.
-    fn admit(&mut self, pod: &Pod) -> bool {
+    async fn admit(&mut self, pod: &Pod) -> bool {
         let Some(node) = &self.node_info else {
             return true;
         };
@@ -237,7 +247,15 @@ impl SyncLoop {
             .filter(|p| !finished(p))
             .cloned()
             .collect();
-        match crate::admission::admit(pod, &admitted, node) {
+        // The built-in checks first, then the admission plugins in their order.
+        let decided = match crate::admission::admit(pod, &admitted, node) {
+            Ok(()) => match &self.plugins {
+                Some(host) => crate::plugins::admit(host, pod, node, &admitted).await,
+                None => Ok(()),
+            },
+            Err(rejection) => Err(rejection),
+        };
+        match decided {
             Ok(()) => true,
             Err(rejection) => {
                 tracing::warn!(pod = %full_name(pod), reason = %rejection.reason, "pod rejected: {}", rejection.message);
@@ -293,7 +311,7 @@ impl SyncLoop {
                 () = cancel.cancelled() => return,
                 Some(snapshot) = sources.recv() => {
                     for update in self.config.merge(snapshot) {
-                        self.apply(update);
+                        self.apply(update).await;
                     }
                     self.publish_static_pods();
                 }
@@ -337,7 +355,7 @@ impl SyncLoop {
         }
     }
 
-    fn apply(&mut self, update: PodUpdate) {
+    async fn apply(&mut self, update: PodUpdate) {
         for pod in update.pods {
             let id = uid(&pod).to_owned();
             match update.op {
@@ -369,7 +387,7 @@ impl SyncLoop {
                 PodOp::Add | PodOp::Update | PodOp::Reconcile
                     if !self.pods.contains_key(&id)
                         && !self.workers.contains(&id)
-                        && !self.admit(&pod) => {}
+                        && !self.admit(&pod).await => {}
                 PodOp::Add | PodOp::Update | PodOp::Reconcile => {
                     if self.workers.is_terminating(&id) {
                         self.readd_after_termination.insert(id, pod);

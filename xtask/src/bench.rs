@@ -16,6 +16,36 @@ use wasmlet_testkit::containerd::{Containerd, SNAPSHOTTER};
 use wasmlet_testkit::images;
 use wasmlet_testkit::node::{NodeOptions, TestNode, poll, tail};
 
+/// `bench plugin-call`: builds the example plugins, then runs the host's
+/// `plugin_call` example (release unless `debug`), which prints p50/p99 of plugin
+/// calls next to the same work done natively.
+pub fn plugin_call(calls: usize, debug: bool) -> anyhow::Result<()> {
+    let root = images::workspace_root()?;
+    let plugins = images::ensure_plugins()?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&root).args([
+        "run",
+        "--quiet",
+        "-p",
+        "wasmlet-plugin-host",
+        "--example",
+        "plugin_call",
+    ]);
+    if !debug {
+        cmd.arg("--release");
+    }
+    cmd.arg("--")
+        .arg(calls.to_string())
+        .arg(&plugins["http-json-probe"])
+        .arg(&plugins["priority-eviction"]);
+    let status = cmd.status().context("running the plugin_call example")?;
+    if !status.success() {
+        bail!("the plugin_call example failed");
+    }
+    Ok(())
+}
+
 /// What `bench pod-start` starts its pods with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Runtime {

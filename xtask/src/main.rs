@@ -51,6 +51,16 @@ enum Bench {
         #[arg(long)]
         debug: bool,
     },
+    /// One plugin call (instantiate, call, drop) against the same work done
+    /// natively: p50/p99 of the http-json-probe and priority-eviction examples.
+    PluginCall {
+        /// Measured calls per case.
+        #[arg(long, default_value_t = 2000)]
+        calls: usize,
+        /// Build and run in debug instead of release.
+        #[arg(long)]
+        debug: bool,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -68,6 +78,9 @@ fn main() -> anyhow::Result<()> {
             pods.unwrap_or_else(|| runtime.default_pods()),
             debug,
         ),
+        Task::Bench {
+            bench: Bench::PluginCall { calls, debug },
+        } => bench::plugin_call(calls, debug),
     }
 }
 

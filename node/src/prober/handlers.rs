@@ -25,6 +25,8 @@ const MAX_REDIRECTS: usize = 10;
 /// What a probe is run against.
 pub struct Target<'a> {
     pub probe: &'a Probe,
+    /// Which of the container's probes this is (a pod annotation may give it a plugin).
+    pub kind: super::ProbeKind,
     pub container: &'a Container,
     /// The container's id in its runtime, for `exec`.
     pub container_id: &'a str,
@@ -1038,6 +1040,7 @@ mod tests {
         };
         let t = Target {
             probe: &probe,
+            kind: crate::prober::ProbeKind::Liveness,
             container: &c,
             container_id: "id",
             pod_ip: "127.0.0.1",

@@ -154,13 +154,56 @@ pub trait Runner: Send + Sync {
     async fn run(&self, pod: &Pod, target: handlers::Target<'_>) -> Outcome;
 }
 
-/// The real handlers; `exec` goes to the pod's runtime.
-pub struct RealRunner;
+/// The real handlers; `exec` goes to the pod's runtime, and a probe the pod's
+/// annotations give a plugin goes to the node's plugin host
+/// ([`crate::plugins::probe_plugin`]).
+#[derive(Default)]
+pub struct RealRunner {
+    plugins: Option<wasmlet_plugin_host::PluginHost>,
+}
+
+impl RealRunner {
+    /// Runs probe plugins in `host`.
+    pub fn with_plugins(host: wasmlet_plugin_host::PluginHost) -> Self {
+        RealRunner {
+            plugins: Some(host),
+        }
+    }
+}
 
 #[async_trait::async_trait]
 impl Runner for RealRunner {
-    async fn run(&self, _pod: &Pod, target: handlers::Target<'_>) -> Outcome {
-        handlers::run(&target).await
+    async fn run(&self, pod: &Pod, target: handlers::Target<'_>) -> Outcome {
+        match crate::plugins::probe_plugin(pod, &target.container.name, target.kind) {
+            None => handlers::run(&target).await,
+            // A malformed annotation is the probe's error, not the container's.
+            Some(Err(message)) => Outcome::unknown(message),
+            Some(Ok((name, settings))) => {
+                let Some(host) = &self.plugins else {
+                    return Outcome {
+                        result: ProbeResult::Failure,
+                        output: format!("probe plugin {name}: the node has no plugins configured"),
+                        warning: false,
+                    };
+                };
+                let request = wasmlet_plugin_host::types::ProbeRequest {
+                    pod: crate::plugins::pod_info(pod),
+                    container: target.container.name.clone(),
+                    probe_type: target.kind.name().to_lowercase(),
+                    pod_ips: vec![target.pod_ip.to_owned()],
+                    settings,
+                    timeout_ms: u32::try_from(target.timeout.as_millis()).unwrap_or(u32::MAX),
+                };
+                match host.probe(&name, request).await {
+                    wasmlet_plugin_host::types::ProbeResult::Success => Outcome::success(""),
+                    wasmlet_plugin_host::types::ProbeResult::Failure(output) => Outcome {
+                        result: ProbeResult::Failure,
+                        output,
+                        warning: false,
+                    },
+                }
+            }
+        }
     }
 }
 
@@ -685,6 +728,7 @@ impl Worker {
             .unwrap_or_else(|| "127.0.0.1".into());
         let target = handlers::Target {
             probe: &self.probe,
+            kind: self.kind,
             container: &self.container,
             container_id: &id,
             pod_ip: &pod_ip,

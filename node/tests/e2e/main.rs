@@ -12,6 +12,7 @@ mod cri;
 mod isolation;
 mod lifecycle;
 mod manifests;
+mod plugins;
 mod probes;
 
 use std::sync::{Mutex, MutexGuard};

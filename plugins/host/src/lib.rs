@@ -1,10 +1,55 @@
 //! `wasmlet-plugin-host`: loads, limits and calls the node's Wasm plugins.
 //!
-//! So far it owns the ABI: [`abi`] parses the WIT package `wasmlet:plugin` from
-//! `plugins/wit` (compiled into the crate) and names its worlds. Loading, pooling and
-//! sandboxing plugins come with the plugin platform.
+//! Plugins are components of the WIT package `wasmlet:plugin@0.1.0`
+//! (`plugins/wit`, compiled into the crate as [`WIT`]); each implements one
+//! [`World`]: probe, admission, eviction or device adapter. Start reading at
+//! [`PluginHost`]: [`PluginHost::load`] compiles a plugin once and pre-links it
+//! ([`config`] says how the node configures it); each call
+//! ([`PluginHost::probe`], [`PluginHost::admit`], [`PluginHost::rank`],
+//! [`PluginHost::discover`]...) instantiates it fresh from the pooling allocator in
+//! a store of its own, under a deadline (epoch interruption), a memory cap and a
+//! WASI sandbox with nothing granted but what the configuration says. A call that
+//! fails is a [`CallError`]; the non-`try_` methods apply the world's failure
+//! policy (see `docs/plugins.md`), and repeated failures disable a plugin with
+//! back-off ([`BackoffPolicy`]). The ABI's types are in [`types`].
+//!
+//! ```no_run
+//! # async fn f() -> anyhow::Result<()> {
+//! use wasmlet_plugin_host::{HostOptions, PluginConfig, PluginHost};
+//! let host = PluginHost::new(HostOptions::default())?;
+//! let config: PluginConfig = serde_json::from_str(
+//!     r#"{"name": "grpc", "world": "probe", "source": {"file": "/plugins/grpc.wasm"}}"#,
+//! )?;
+//! host.load(config).await?;
+//! # Ok(()) }
+//! ```
+
+mod bindings;
+pub mod config;
+mod engine;
+mod error;
+mod health;
+mod host;
+mod metrics;
+mod network;
+mod policy;
+mod state;
+pub mod types;
+mod watch;
 
 use wit_parser::{PackageId, Resolve};
+
+pub use config::{
+    ConfigError, FailurePolicy, FilesystemGrant, Grants, Limits, PluginConfig, PluginSource, World,
+    validate_plugins,
+};
+pub use error::{CallError, Error, Result};
+pub use health::BackoffPolicy;
+pub use host::{
+    EventSink, HostOptions, PluginEvent, PluginEventKind, PluginHost, PluginInfo, RESULT_MAX,
+};
+pub use metrics::{DURATION_BUCKETS, PluginMetrics};
+pub use policy::builtin_rank;
 
 /// The WIT source of the plugin ABI.
 pub const WIT: &str = include_str!("../../wit/plugin.wit");
@@ -36,11 +81,22 @@ mod tests {
         for world in WORLDS {
             assert!(package.worlds.contains_key(world), "missing world {world}");
         }
-        for iface in ["types", "host", "pod-network", "probe", "admission", "eviction", "device-adapter"] {
+        for iface in [
+            "types",
+            "host",
+            "pod-network",
+            "probe",
+            "admission",
+            "eviction",
+            "device-adapter",
+        ] {
             assert!(
                 package.interfaces.contains_key(iface),
                 "missing interface {iface}"
             );
+        }
+        for world in World::ALL {
+            assert!(WORLDS.contains(&world.wit_world()));
         }
     }
 }

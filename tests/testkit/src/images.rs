@@ -12,6 +12,9 @@
 //! byte-for-byte reproducible, so a manifest digest is a stable name for an
 //! image across runs and machines with the same toolchain.
 //!
+//! The plugins of `examples/plugins` are built the same way, as libraries,
+//! and turned into components: see [`ensure_plugins`].
+//!
 //! ```no_run
 //! let dir = wasmlet_testkit::images::ensure_example_images()?;
 //! let hello_tar = dir.join("hello.tar"); // localhost/wasmlet-examples/hello:latest
@@ -22,14 +25,15 @@
 mod component;
 mod guests;
 mod oci;
+mod plugins;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use anyhow::{Context, bail};
 
-pub use component::{component_info, componentize_command};
-pub use guests::{GUEST_TARGET, GuestToolchain, build_guests};
+pub use component::{component_info, componentize_command, componentize_library};
+pub use guests::{GUEST_TARGET, GuestLink, GuestToolchain, build_guest_workspace, build_guests};
 pub use oci::{
     ANNOTATION_IMAGE_NAME, ANNOTATION_REF_NAME, AUTHOR, Blob, COMPONENT_OS, CREATED, ComponentInfo,
     Descriptor, ExecConfig, IMAGE_CONFIG_MEDIA_TYPE, INDEX_MEDIA_TYPE, ImageConfig, ImageIndex,
@@ -37,6 +41,10 @@ pub use oci::{
     PLAIN_IMAGE_ENV, RUNWASI_LAYERS_LABEL, RUNWASI_WASM_LAYER_MEDIA_TYPE, RootFs,
     TAR_GZIP_LAYER_MEDIA_TYPE, WASM_ARCHITECTURE, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE,
     WasmConfig, WasmImage, WasmLayout, manifest_digest, sha256_digest, write_oci_archive,
+};
+pub use plugins::{
+    EXAMPLE_PLUGINS, ExamplePlugin, PLUGIN_PACKAGE, PluginWorld, build_plugins, build_plugins_into,
+    ensure_plugins, plugin_file_name,
 };
 
 /// Repository prefix of the example images.

@@ -24,6 +24,9 @@ pub struct NodeOptions {
     pub backoff: (Duration, Duration),
     /// Extra command-line flags.
     pub extra_args: Vec<String>,
+    /// More of the config file's `wasmlet:` section, as YAML lines indented by two
+    /// spaces (e.g. `  plugins:\n  - name: ...`).
+    pub wasmlet_config: String,
 }
 
 impl NodeOptions {
@@ -47,6 +50,7 @@ impl Default for NodeOptions {
             images: Vec::new(),
             backoff: (Duration::from_millis(500), Duration::from_secs(2)),
             extra_args: Vec::new(),
+            wasmlet_config: String::new(),
         }
     }
 }
@@ -148,10 +152,11 @@ impl TestNode {
                  fileCheckFrequency: 2s\n\
                  cgroupRoot: {cgroup_root}\n\
                  podLogsDir: {}\n\
-                 wasmlet:\n  housekeepingInterval: 1s\n  restartBackoff:\n    initial: {}ms\n    max: {}ms\n",
+                 wasmlet:\n  housekeepingInterval: 1s\n  restartBackoff:\n    initial: {}ms\n    max: {}ms\n{}",
                 logs.display(),
                 opts.backoff.0.as_millis(),
                 opts.backoff.1.as_millis(),
+                opts.wasmlet_config,
             ),
         )?;
         let stderr_path = dir.path().join("wasmlet.log");

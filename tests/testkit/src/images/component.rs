@@ -1,8 +1,11 @@
-//! Turning WASI preview 1 command modules into `wasi:cli/command` components.
+//! Turning WASI preview 1 modules into components: commands (the workloads)
+//! into `wasi:cli/command` components, libraries (the plugins) into components
+//! that export what their embedded world says.
 
 use anyhow::{Context, bail};
 use wasi_preview1_component_adapter_provider::{
     WASI_SNAPSHOT_PREVIEW1_ADAPTER_NAME, WASI_SNAPSHOT_PREVIEW1_COMMAND_ADAPTER,
+    WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
 };
 use wit_component::{ComponentEncoder, DecodedWasm};
 
@@ -44,6 +47,28 @@ pub fn componentize_command(module: &[u8]) -> anyhow::Result<Vec<u8>> {
             WASI_SNAPSHOT_PREVIEW1_COMMAND_ADAPTER,
         )
         .context("adding the wasi_snapshot_preview1 command adapter")?
+        .encode()
+        .context("encoding the component")
+}
+
+/// Wrap a `wasm32-wasip1` library module (a `cdylib` built with the plugin
+/// SDK) into a component, with the reactor adapter that ships inside
+/// `wasi-preview1-component-adapter-provider`. The world comes from the
+/// module's `component-type` custom sections (wit-bindgen puts them there);
+/// imports it does not use are dropped, and the component is validated.
+pub fn componentize_library(module: &[u8]) -> anyhow::Result<Vec<u8>> {
+    if !wasmparser::Parser::is_core_wasm(module) {
+        bail!("componentize_library: input is not a core Wasm module");
+    }
+    ComponentEncoder::default()
+        .validate(true)
+        .module(module)
+        .context("reading the core module and its component-type sections")?
+        .adapter(
+            WASI_SNAPSHOT_PREVIEW1_ADAPTER_NAME,
+            WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
+        )
+        .context("adding the wasi_snapshot_preview1 reactor adapter")?
         .encode()
         .context("encoding the component")
 }

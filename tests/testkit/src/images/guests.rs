@@ -1,9 +1,11 @@
-//! Building the guest workspace `examples/workloads` for `wasm32-wasip1`.
+//! Building the guest workspaces (`examples/workloads`, `examples/plugins`)
+//! for `wasm32-wasip1`.
 //!
 //! rustup cannot add wasm32 targets on these machines, so the guests are
 //! built with Debian's toolchain (DESIGN.md, "Building Wasm guests"):
 //! `/usr/bin/cargo` and `/usr/bin/rustc` with `RUSTC_BOOTSTRAP=1` and
-//! `-Zbuild-std`, linked by `wasm-ld-19` against wasi-libc's `crt1-command.o`.
+//! `-Zbuild-std`, linked by `wasm-ld-19` against wasi-libc; a workload (a
+//! command) also links wasi-libc's `crt1-command.o`, see [`GuestLink`].
 //! A rustup toolchain that already has the `wasm32-wasip1` target is used
 //! only when the Debian packages are missing. The guests' crates.io
 //! dependencies are fetched first (a no-op, and no network, once they are in
@@ -23,6 +25,30 @@ const DEBIAN_STD_SRC: &str = "/usr/lib/rustlib/src/rust/library/std";
 const WASM_LD: &str = "/usr/bin/wasm-ld-19";
 const WASI_LIBC: &str = "/usr/lib/wasm32-wasi";
 const CRT1_COMMAND: &str = "/usr/lib/wasm32-wasi/crt1-command.o";
+
+/// How a guest workspace's crates are linked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestLink {
+    /// Programs (`[[bin]]`, `examples/workloads`): wasi-libc's `crt1-command.o`
+    /// supplies `_start`, which runs the constructors, `main` and the destructors.
+    Command,
+    /// Libraries (`cdylib`, `examples/plugins`): no start-up object, as rustc's
+    /// own `wasm32-wasip1` target links a cdylib. `crt1-command.o` would demand a
+    /// `main`; `crt1-reactor.o` would export `_initialize`, which runs the
+    /// constructors a second time after wit-bindgen's exports already run them
+    /// once, on the first call (`run_ctors_once`).
+    Library,
+}
+
+impl GuestLink {
+    /// The start-up object the Debian route passes to wasm-ld, if any.
+    fn crt1(self) -> Option<&'static str> {
+        match self {
+            GuestLink::Command => Some(CRT1_COMMAND),
+            GuestLink::Library => None,
+        }
+    }
+}
 
 /// Files of the Debian route and the package that installs each.
 const DEBIAN_PARTS: &[(&str, &str)] = &[
@@ -84,8 +110,8 @@ impl GuestToolchain {
     /// `cargo fetch`: downloads the guests' crates.io dependencies (the `wasi`
     /// bindings) that are not in the local cache yet; without network access it
     /// succeeds as long as they are.
-    fn fetch_command(&self, workloads: &Path) -> Command {
-        let mut cmd = self.cargo(workloads);
+    fn fetch_command(&self, workspace: &Path, link: GuestLink) -> Command {
+        let mut cmd = self.cargo(workspace, link);
         cmd.arg("fetch")
             .arg("--locked")
             .arg("--target")
@@ -94,8 +120,8 @@ impl GuestToolchain {
     }
 
     /// The `cargo build` command, offline: [`Self::fetch_command`] ran first.
-    fn build_command(&self, workloads: &Path) -> Command {
-        let mut cmd = self.cargo(workloads);
+    fn build_command(&self, workspace: &Path, link: GuestLink) -> Command {
+        let mut cmd = self.cargo(workspace, link);
         cmd.arg("build")
             .arg("--release")
             .arg("--offline")
@@ -107,8 +133,8 @@ impl GuestToolchain {
         cmd
     }
 
-    /// This toolchain's cargo in `workloads`, with a scrubbed environment.
-    fn cargo(&self, workloads: &Path) -> Command {
+    /// This toolchain's cargo in `workspace`, with a scrubbed environment.
+    fn cargo(&self, workspace: &Path, link: GuestLink) -> Command {
         let mut cmd = Command::new(match self {
             GuestToolchain::Debian => Path::new(DEBIAN_CARGO),
             GuestToolchain::Rustup { cargo, .. } => cargo.as_path(),
@@ -121,23 +147,23 @@ impl GuestToolchain {
         }
         match self {
             GuestToolchain::Debian => {
+                let mut rustflags = format!("-C link-self-contained=no -L {WASI_LIBC}");
+                if let Some(crt1) = link.crt1() {
+                    rustflags.push_str(&format!(" -C link-arg={crt1}"));
+                }
                 cmd.env("RUSTC", DEBIAN_RUSTC)
                     .env("RUSTC_BOOTSTRAP", "1")
                     .env("CARGO_TARGET_WASM32_WASIP1_LINKER", WASM_LD)
-                    .env(
-                        "CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS",
-                        format!(
-                            "-C link-self-contained=no -L {WASI_LIBC} -C link-arg={CRT1_COMMAND}"
-                        ),
-                    )
-                    .env("CARGO_TARGET_DIR", workloads.join("target"));
+                    .env("CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS", rustflags)
+                    .env("CARGO_TARGET_DIR", workspace.join("target"));
             }
             GuestToolchain::Rustup { rustc, .. } => {
+                // rustc's own target picks the start-up object per crate type.
                 cmd.env("RUSTC", rustc)
-                    .env("CARGO_TARGET_DIR", workloads.join("target").join("rustup"));
+                    .env("CARGO_TARGET_DIR", workspace.join("target").join("rustup"));
             }
         }
-        cmd.current_dir(workloads);
+        cmd.current_dir(workspace);
         // A wrapper or target dir from a parent .cargo/config.toml must not apply.
         cmd.env("RUSTC_WRAPPER", "")
             .env("RUSTC_WORKSPACE_WRAPPER", "")
@@ -146,10 +172,10 @@ impl GuestToolchain {
     }
 
     /// Where this toolchain's release `.wasm` files land.
-    fn output_dir(&self, workloads: &Path) -> PathBuf {
+    fn output_dir(&self, workspace: &Path) -> PathBuf {
         let target = match self {
-            GuestToolchain::Debian => workloads.join("target"),
-            GuestToolchain::Rustup { .. } => workloads.join("target").join("rustup"),
+            GuestToolchain::Debian => workspace.join("target"),
+            GuestToolchain::Rustup { .. } => workspace.join("target").join("rustup"),
         };
         target.join(GUEST_TARGET).join("release")
     }
@@ -184,17 +210,32 @@ fn rustup_with_target() -> Option<GuestToolchain> {
 /// `wasm32-wasip1` in release mode and return the directory holding the
 /// `.wasm` files. Incremental: quick when nothing changed.
 pub fn build_guests(workspace_root: &Path) -> anyhow::Result<PathBuf> {
-    let workloads = workspace_root.join("examples").join("workloads");
-    if !workloads.join("Cargo.toml").is_file() {
-        bail!("no guest workspace at {}", workloads.display());
+    build_guest_workspace(
+        &workspace_root.join("examples").join("workloads"),
+        GuestLink::Command,
+    )
+}
+
+/// Build every crate of the guest workspace `workspace` (a directory with its
+/// own `Cargo.toml` and `Cargo.lock`) for `wasm32-wasip1` in release mode,
+/// linked as `link` says, and return the directory holding the `.wasm` files:
+/// `<workspace>/target/wasm32-wasip1/release` (under `target/rustup` when a
+/// rustup toolchain builds). Dependencies are fetched with `--locked`, then
+/// the build runs `--offline`. Incremental: quick when nothing changed.
+pub fn build_guest_workspace(workspace: &Path, link: GuestLink) -> anyhow::Result<PathBuf> {
+    if !workspace.join("Cargo.toml").is_file() {
+        bail!("no guest workspace at {}", workspace.display());
     }
     let toolchain = GuestToolchain::detect()?;
     for (step, mut cmd) in [
-        ("fetching dependencies", toolchain.fetch_command(&workloads)),
-        ("build", toolchain.build_command(&workloads)),
+        (
+            "fetching dependencies",
+            toolchain.fetch_command(workspace, link),
+        ),
+        ("build", toolchain.build_command(workspace, link)),
     ] {
         let output = cmd.output().with_context(|| {
-            format!("running {:?} in {}", cmd.get_program(), workloads.display())
+            format!("running {:?} in {}", cmd.get_program(), workspace.display())
         })?;
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr);
@@ -203,10 +244,10 @@ pub fn build_guests(workspace_root: &Path) -> anyhow::Result<PathBuf> {
             bail!(
                 "guest {step} ({toolchain:?}) failed with {} in {}:\n{}",
                 output.status,
-                workloads.display(),
+                workspace.display(),
                 tail.join("\n")
             );
         }
     }
-    Ok(toolchain.output_dir(&workloads))
+    Ok(toolchain.output_dir(workspace))
 }

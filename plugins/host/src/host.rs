@@ -1,0 +1,1190 @@
+//! [`PluginHost`]: loads plugins, calls them under their limits, applies the
+//! failure policies and keeps the metrics.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Engine, Store, UpdateDeadline};
+
+use crate::bindings::{admission, device_adapter, eviction, probe};
+use crate::config::{FailurePolicy, MAX_TIMEOUT, PluginConfig, PluginSource, World};
+use crate::engine::{self, EpochTicker};
+use crate::error::{CallError, Error, Result};
+use crate::health::{BackoffPolicy, Health, Transition};
+use crate::metrics::{self, PluginMetrics};
+use crate::network::PodNetwork;
+use crate::policy;
+use crate::state::{CallState, MemoryCapExceeded};
+use crate::types::{
+    Allocation, Candidate, Decision, Denial, Device, EncodedSize, NodeState, Pair, PodInfo,
+    ProbeRequest, ProbeResult,
+};
+
+/// A plugin's answer larger than this (strings and lists, encoded) is an
+/// [`InvalidResult`](CallError::InvalidResult).
+pub const RESULT_MAX: usize = 1 << 20;
+/// Added to a call's deadline before the host gives up on a call that does not
+/// return (a host import stuck past its own deadline); the epoch deadline normally
+/// ends the call first.
+const DEADLINE_GRACE: Duration = Duration::from_millis(250);
+
+/// Where the node hears about plugins being disabled, enabled and reloaded.
+pub type EventSink = Arc<dyn Fn(PluginEvent) + Send + Sync>;
+
+/// Something the node may turn into a Kubernetes event or a log line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginEvent {
+    pub plugin: String,
+    pub kind: PluginEventKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum PluginEventKind {
+    /// Consecutive failures disabled the plugin for `backoff`.
+    Disabled {
+        failures: u32,
+        backoff: Duration,
+        last_error: CallError,
+    },
+    /// A call after a disable succeeded: the plugin is enabled again.
+    Enabled,
+    /// The plugin's file changed and the new version replaced the old one.
+    Reloaded,
+    /// The plugin's file changed but the new version cannot be loaded; the old one
+    /// keeps running.
+    ReloadFailed { error: String },
+}
+
+/// How a [`PluginHost`] is set up.
+#[derive(Clone)]
+pub struct HostOptions {
+    /// Plugin instances alive at once, all plugins together; the pool is sized for
+    /// it and further calls wait for a free slot until their deadline [default: 64].
+    pub max_instances: u32,
+    /// The highest `limits.memoryBytes` a plugin may have [default: 256 MiB].
+    pub max_memory_bytes: u64,
+    /// How often the epoch advances: the granularity of call deadlines, and how
+    /// often a running plugin yields to the async runtime [default: 2 ms].
+    pub epoch_tick: Duration,
+    /// When failures disable a plugin.
+    pub backoff: BackoffPolicy,
+    /// Told about disables, enables and reloads [default: they are only logged].
+    pub events: Option<EventSink>,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        HostOptions {
+            max_instances: 64,
+            max_memory_bytes: 256 << 20,
+            epoch_tick: Duration::from_millis(2),
+            backoff: BackoffPolicy::default(),
+            events: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for HostOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostOptions")
+            .field("max_instances", &self.max_instances)
+            .field("max_memory_bytes", &self.max_memory_bytes)
+            .field("epoch_tick", &self.epoch_tick)
+            .field("backoff", &self.backoff)
+            .field("events", &self.events.is_some())
+            .finish()
+    }
+}
+
+/// A loaded plugin as [`PluginHost::plugins`] lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginInfo {
+    pub name: String,
+    pub world: World,
+    pub source: PluginSource,
+    /// `Some` while calls are refused after repeated failures.
+    pub disabled_until: Option<Instant>,
+    pub consecutive_failures: u32,
+    /// How many times the component was replaced since it was loaded.
+    pub reloads: u64,
+    /// For a device adapter, its `resource-name`.
+    pub resource_name: Option<String>,
+    pub metrics: PluginMetrics,
+}
+
+/// The node's plugins: one engine, one pool, and every loaded plugin pre-linked.
+///
+/// Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct PluginHost {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    linkers: Linkers,
+    plugins: RwLock<BTreeMap<String, Arc<Entry>>>,
+    slots: Semaphore,
+    backoff: BackoffPolicy,
+    max_memory_bytes: u64,
+    epoch_tick: Duration,
+    events: Option<EventSink>,
+    /// Woken when the set of plugins changes (the watcher re-reads what to watch).
+    pub(crate) changed: Notify,
+    _ticker: EpochTicker,
+}
+
+struct Linkers {
+    probe: Linker<CallState>,
+    admission: Linker<CallState>,
+    eviction: Linker<CallState>,
+    device_adapter: Linker<CallState>,
+}
+
+/// One loaded plugin.
+struct Entry {
+    name: Arc<str>,
+    config: PluginConfig,
+    settings: Arc<Vec<Pair>>,
+    current: RwLock<Arc<Loaded>>,
+    state: Mutex<EntryState>,
+}
+
+#[derive(Default)]
+struct EntryState {
+    health: Health,
+    metrics: PluginMetrics,
+    reloads: u64,
+    /// A device adapter's last `discover` answer, reported unhealthy when it fails.
+    devices: Vec<Device>,
+    /// A device adapter's `resource-name`.
+    resource_name: Option<String>,
+}
+
+/// A compiled, pre-linked version of a plugin.
+struct Loaded {
+    pre: Pre,
+    digest: u64,
+}
+
+enum Pre {
+    Probe(probe::ProbePluginPre<CallState>),
+    Admission(admission::AdmissionPluginPre<CallState>),
+    Eviction(eviction::EvictionPluginPre<CallState>),
+    DeviceAdapter(device_adapter::DeviceAdapterPluginPre<CallState>),
+}
+
+/// Marks an error as raised while instantiating, not while calling.
+#[derive(Debug, thiserror::Error)]
+#[error("instantiating the plugin")]
+struct Instantiating;
+
+/// The epoch callback's trap when the call's deadline has passed.
+#[derive(Debug, thiserror::Error)]
+#[error("the call's deadline passed")]
+struct DeadlineExceeded;
+
+fn digest(bytes: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+impl PluginHost {
+    /// Builds the engine and its pool and starts the epoch ticker (a thread, stopped
+    /// when the last clone of the host is dropped).
+    pub fn new(options: HostOptions) -> Result<Self> {
+        let engine = engine::engine(options.max_instances, options.max_memory_bytes)?;
+        let linkers = Linkers::new(&engine)?;
+        let ticker = EpochTicker::start(engine.clone(), options.epoch_tick)?;
+        Ok(PluginHost {
+            inner: Arc::new(Inner {
+                engine,
+                linkers,
+                plugins: RwLock::new(BTreeMap::new()),
+                slots: Semaphore::new(options.max_instances as usize),
+                backoff: options.backoff,
+                max_memory_bytes: options.max_memory_bytes,
+                epoch_tick: options.epoch_tick,
+                events: options.events,
+                changed: Notify::new(),
+                _ticker: ticker,
+            }),
+        })
+    }
+
+    /// Loads a plugin whose source is a file: reads, validates, compiles and
+    /// pre-links it. An image source is an error: the node resolves images and
+    /// calls [`load_bytes`](Self::load_bytes).
+    pub async fn load(&self, config: PluginConfig) -> Result<()> {
+        let PluginSource::File(path) = &config.source else {
+            return Err(Error::ImageSource(config.name));
+        };
+        let bytes = read(&config.name, path).await?;
+        self.load_bytes(config, bytes).await
+    }
+
+    /// Loads a plugin from its component's bytes (whatever its configured source).
+    pub async fn load_bytes(&self, config: PluginConfig, bytes: Vec<u8>) -> Result<()> {
+        let errors = config.validate(self.inner.max_memory_bytes);
+        if !errors.is_empty() {
+            return Err(Error::InvalidConfig(errors));
+        }
+        for grant in &config.grants.filesystem {
+            if !grant.host_path.is_dir() {
+                return Err(Error::InvalidConfig(vec![crate::ConfigError {
+                    field: "grants.filesystem.hostPath".into(),
+                    message: format!("{} is not a directory", grant.host_path.display()),
+                }]));
+            }
+        }
+        if self.lock_plugins().contains_key(&config.name) {
+            return Err(Error::AlreadyLoaded(config.name));
+        }
+        let name: Arc<str> = config.name.as_str().into();
+        let settings = Arc::new(
+            config
+                .settings
+                .iter()
+                .map(|(k, v)| Pair {
+                    key: k.clone(),
+                    value: v.clone(),
+                })
+                .collect(),
+        );
+        let loaded = Arc::new(self.compile(&config, bytes).await?);
+        let partial = Entry {
+            name,
+            settings,
+            current: RwLock::new(loaded.clone()),
+            state: Mutex::new(EntryState::default()),
+            config,
+        };
+        partial.lock().resource_name = self.init(&partial, loaded).await?;
+        let name = partial.config.name.clone();
+        {
+            let mut plugins = self.lock_plugins_mut();
+            if plugins.contains_key(&name) {
+                return Err(Error::AlreadyLoaded(name));
+            }
+            plugins.insert(name.clone(), Arc::new(partial));
+        }
+        self.inner.changed.notify_one();
+        tracing::info!(plugin = %name, "plugin loaded");
+        Ok(())
+    }
+
+    /// Unloads a plugin; calls in flight finish on the version they started with.
+    pub fn unload(&self, name: &str) -> Result<()> {
+        self.lock_plugins_mut()
+            .remove(name)
+            .ok_or_else(|| Error::NotLoaded(name.to_string()))?;
+        self.inner.changed.notify_one();
+        tracing::info!(plugin = name, "plugin unloaded");
+        Ok(())
+    }
+
+    /// Re-reads a file plugin and swaps the new version in if it changed. Returns
+    /// whether it did. On error the old version stays and a
+    /// [`ReloadFailed`](PluginEventKind::ReloadFailed) event is sent.
+    pub async fn reload(&self, name: &str) -> Result<bool> {
+        let entry = self
+            .entry(name)
+            .ok_or_else(|| Error::NotLoaded(name.into()))?;
+        let PluginSource::File(path) = &entry.config.source else {
+            return Err(Error::NotAFile(name.into()));
+        };
+        let result = match read(name, path).await {
+            Ok(bytes) => self.reload_bytes_of(&entry, bytes).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &result {
+            tracing::warn!(
+                plugin = name,
+                "reload failed, the old version keeps running: {e}"
+            );
+            self.emit(
+                &entry.name,
+                PluginEventKind::ReloadFailed {
+                    error: e.to_string(),
+                },
+            );
+        }
+        result
+    }
+
+    /// Replaces a plugin's component with `bytes` (e.g. a new image version).
+    pub async fn reload_bytes(&self, name: &str, bytes: Vec<u8>) -> Result<bool> {
+        let entry = self
+            .entry(name)
+            .ok_or_else(|| Error::NotLoaded(name.into()))?;
+        self.reload_bytes_of(&entry, bytes).await
+    }
+
+    async fn reload_bytes_of(&self, entry: &Arc<Entry>, bytes: Vec<u8>) -> Result<bool> {
+        if entry.loaded().digest == digest(&bytes) {
+            return Ok(false);
+        }
+        let loaded = Arc::new(self.compile(&entry.config, bytes).await?);
+        let resource_name = self.init(entry, loaded.clone()).await?;
+        *entry.current.write().unwrap_or_else(|e| e.into_inner()) = loaded;
+        let mut state = entry.lock();
+        state.reloads += 1;
+        state.resource_name = resource_name;
+        drop(state);
+        tracing::info!(plugin = %entry.name, "plugin reloaded");
+        self.emit(&entry.name, PluginEventKind::Reloaded);
+        Ok(true)
+    }
+
+    /// Compiles and pre-links `bytes` for `entry`'s world, checking that the
+    /// component exports the world's interface at version 0.1.0 and imports nothing
+    /// the world does not offer.
+    async fn compile(&self, config: &PluginConfig, bytes: Vec<u8>) -> Result<Loaded> {
+        let name = config.name.clone();
+        let world = config.world;
+        let invalid = |reason: String| Error::InvalidComponent {
+            name: name.clone(),
+            reason,
+        };
+        let wrong = |reason: String| Error::WrongWorld {
+            name: name.clone(),
+            world,
+            reason,
+        };
+        if bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [1, 0, 0, 0] {
+            return Err(invalid(
+                "this is a core module, not a component (componentize it, e.g. with the preview 1 adapter)".into(),
+            ));
+        }
+        let digest = digest(&bytes);
+        let engine = self.inner.engine.clone();
+        let component = tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
+            .await
+            .map_err(|e| invalid(format!("compilation panicked: {e}")))?
+            .map_err(|e| invalid(format!("{e:#}")))?;
+        let exports: Vec<String> = component
+            .component_type()
+            .exports(&self.inner.engine)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        if !exports.iter().any(|e| e == world.export()) {
+            return Err(wrong(format!(
+                "it does not export {} (it exports: {})",
+                world.export(),
+                if exports.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    exports.join(", ")
+                }
+            )));
+        }
+        let linkers = &self.inner.linkers;
+        let link_err = |e: wasmtime::Error| {
+            wrong(format!(
+                "it imports something the {} world does not offer: {e:#}",
+                world.wit_world()
+            ))
+        };
+        let pre = match world {
+            World::Probe => Pre::Probe(
+                probe::ProbePluginPre::new(
+                    linkers
+                        .probe
+                        .instantiate_pre(&component)
+                        .map_err(link_err)?,
+                )
+                .map_err(|e| wrong(format!("{e:#}")))?,
+            ),
+            World::Admission => Pre::Admission(
+                admission::AdmissionPluginPre::new(
+                    linkers
+                        .admission
+                        .instantiate_pre(&component)
+                        .map_err(link_err)?,
+                )
+                .map_err(|e| wrong(format!("{e:#}")))?,
+            ),
+            World::Eviction => Pre::Eviction(
+                eviction::EvictionPluginPre::new(
+                    linkers
+                        .eviction
+                        .instantiate_pre(&component)
+                        .map_err(link_err)?,
+                )
+                .map_err(|e| wrong(format!("{e:#}")))?,
+            ),
+            World::DeviceAdapter => Pre::DeviceAdapter(
+                device_adapter::DeviceAdapterPluginPre::new(
+                    linkers
+                        .device_adapter
+                        .instantiate_pre(&component)
+                        .map_err(link_err)?,
+                )
+                .map_err(|e| wrong(format!("{e:#}")))?,
+            ),
+        };
+        Ok(Loaded { pre, digest })
+    }
+
+    /// What a new version is asked once, before it is used: a device adapter's
+    /// resource name (fixed for a version).
+    async fn init(&self, entry: &Entry, loaded: Arc<Loaded>) -> Result<Option<String>> {
+        if entry.config.world != World::DeviceAdapter {
+            return Ok(None);
+        }
+        let resource = self
+            .run(
+                entry,
+                loaded,
+                entry.config.limits.timeout(),
+                None,
+                |loaded, mut store| async move {
+                    let r = async {
+                        let p = loaded.device_adapter()?;
+                        let i = p
+                            .instantiate_async(&mut store)
+                            .await
+                            .map_err(instantiating)?;
+                        i.wasmlet_plugin_device_adapter()
+                            .call_resource_name(&mut store)
+                            .await
+                    }
+                    .await;
+                    (store, r)
+                },
+            )
+            .await
+            .and_then(|name| {
+                if name.is_empty() || name.len() > 253 || !name.contains('/') {
+                    Err(CallError::InvalidResult(format!(
+                        "resource-name {:?} is not an extended resource name (domain/name)",
+                        crate::state::cut(&name, 256)
+                    )))
+                } else {
+                    Ok(name)
+                }
+            })
+            .map_err(|source| Error::Init {
+                name: entry.config.name.clone(),
+                source,
+            })?;
+        Ok(Some(resource))
+    }
+
+    // ----- calls -----
+
+    /// Runs a probe plugin's `check`; any failure is a failed probe with the error
+    /// as its message (the probe world's failure policy).
+    pub async fn probe(&self, name: &str, request: ProbeRequest) -> ProbeResult {
+        match self.try_probe(name, request).await {
+            Ok(r) => r,
+            Err(e) => ProbeResult::Failure(format!("probe plugin {name}: {e}")),
+        }
+    }
+
+    /// Runs a probe plugin's `check`. The deadline is the request's `timeout-ms`
+    /// (the plugin's `limits.timeoutMillis` when 0, at most 60 s); `pod-network`
+    /// reaches the request's `pod-ips` only.
+    pub async fn try_probe(
+        &self,
+        name: &str,
+        request: ProbeRequest,
+    ) -> Result<ProbeResult, CallError> {
+        let entry = self.callable(name, World::Probe)?;
+        let timeout = if request.timeout_ms > 0 {
+            Duration::from_millis(request.timeout_ms.into()).min(MAX_TIMEOUT)
+        } else {
+            entry.config.limits.timeout()
+        };
+        let network = Some(request.pod_ips.clone());
+        let loaded = entry.loaded();
+        let result = self
+            .run(
+                &entry,
+                loaded,
+                timeout,
+                network,
+                |loaded, mut store| async move {
+                    let r = async {
+                        let p = loaded.probe()?;
+                        let i = p
+                            .instantiate_async(&mut store)
+                            .await
+                            .map_err(instantiating)?;
+                        i.wasmlet_plugin_probe()
+                            .call_check(&mut store, &request)
+                            .await
+                    }
+                    .await;
+                    (store, r)
+                },
+            )
+            .await;
+        self.finish(&entry, result, |_| Ok(()))
+    }
+
+    /// Asks an admission plugin about `pod`, applying its `failurePolicy` when the
+    /// call fails: `Fail` denies with reason `PluginError`, `Ignore` admits.
+    pub async fn admit(&self, name: &str, pod: PodInfo, node: NodeState) -> Decision {
+        match self.try_admit(name, pod, node).await {
+            Ok(d) => d,
+            Err(e) => {
+                let policy = self
+                    .entry(name)
+                    .map(|e| e.config.failure_policy())
+                    .unwrap_or_default();
+                match policy {
+                    FailurePolicy::Ignore => {
+                        tracing::warn!(
+                            plugin = name,
+                            "admission plugin failed, admitting (failurePolicy Ignore): {e}"
+                        );
+                        Decision::Admit
+                    }
+                    FailurePolicy::Fail => Decision::Deny(Denial {
+                        reason: "PluginError".into(),
+                        message: format!("admission plugin {name} failed: {e}"),
+                    }),
+                }
+            }
+        }
+    }
+
+    /// Asks an admission plugin about `pod`.
+    pub async fn try_admit(
+        &self,
+        name: &str,
+        pod: PodInfo,
+        node: NodeState,
+    ) -> Result<Decision, CallError> {
+        let entry = self.callable(name, World::Admission)?;
+        let timeout = entry.config.limits.timeout();
+        let loaded = entry.loaded();
+        let result = self
+            .run(
+                &entry,
+                loaded,
+                timeout,
+                None,
+                |loaded, mut store| async move {
+                    let r = async {
+                        let p = loaded.admission()?;
+                        let i = p
+                            .instantiate_async(&mut store)
+                            .await
+                            .map_err(instantiating)?;
+                        i.wasmlet_plugin_admission()
+                            .call_admit(&mut store, &pod, &node)
+                            .await
+                    }
+                    .await;
+                    (store, r)
+                },
+            )
+            .await;
+        self.finish(&entry, result, |d| match d {
+            Decision::Deny(d) if d.reason.is_empty() => Err("a denial needs a reason".to_string()),
+            _ => Ok(()),
+        })
+    }
+
+    /// Ranks eviction candidates, first to evict first: every index of `candidates`
+    /// once. The plugin's order comes first, the ones it left out follow in the
+    /// built-in order; if the call fails, the whole order is the built-in one.
+    pub async fn rank(&self, name: &str, signal: &str, candidates: &[Candidate]) -> Vec<u32> {
+        match self.try_rank(name, signal, candidates).await {
+            Ok(order) => order,
+            Err(e) => {
+                tracing::warn!(
+                    plugin = name,
+                    "eviction plugin failed, using the built-in ranking: {e}"
+                );
+                policy::builtin_rank(candidates)
+            }
+        }
+    }
+
+    /// Ranks eviction candidates: the plugin's answer, checked and completed.
+    pub async fn try_rank(
+        &self,
+        name: &str,
+        signal: &str,
+        candidates: &[Candidate],
+    ) -> Result<Vec<u32>, CallError> {
+        let entry = self.callable(name, World::Eviction)?;
+        let timeout = entry.config.limits.timeout();
+        let loaded = entry.loaded();
+        let signal = signal.to_string();
+        let list = candidates.to_vec();
+        let result = self
+            .run(
+                &entry,
+                loaded,
+                timeout,
+                None,
+                |loaded, mut store| async move {
+                    let r = async {
+                        let p = loaded.eviction()?;
+                        let i = p
+                            .instantiate_async(&mut store)
+                            .await
+                            .map_err(instantiating)?;
+                        i.wasmlet_plugin_eviction()
+                            .call_rank(&mut store, &signal, &list)
+                            .await
+                    }
+                    .await;
+                    (store, r)
+                },
+            )
+            .await;
+        let ranked = self.finish(&entry, result, |r| {
+            policy::complete_ranking(r, candidates).map(|_| ())
+        })?;
+        Ok(policy::complete_ranking(&ranked, candidates).unwrap_or_default())
+    }
+
+    /// A device adapter's extended resource name, asked once at load.
+    pub fn resource_name(&self, name: &str) -> Option<String> {
+        self.entry(name)?.lock().resource_name.clone()
+    }
+
+    /// The adapter's devices. When the call fails, the last devices it reported are
+    /// returned, all unhealthy (the device-adapter world's failure policy).
+    pub async fn discover(&self, name: &str) -> Vec<Device> {
+        match self.try_discover(name).await {
+            Ok(devices) => devices,
+            Err(e) => {
+                tracing::warn!(
+                    plugin = name,
+                    "device adapter failed, its devices are unhealthy: {e}"
+                );
+                let Some(entry) = self.entry(name) else {
+                    return Vec::new();
+                };
+                let mut state = entry.lock();
+                for d in &mut state.devices {
+                    d.healthy = false;
+                }
+                state.devices.clone()
+            }
+        }
+    }
+
+    /// The adapter's devices, as it reports them.
+    pub async fn try_discover(&self, name: &str) -> Result<Vec<Device>, CallError> {
+        let entry = self.callable(name, World::DeviceAdapter)?;
+        let timeout = entry.config.limits.timeout();
+        let loaded = entry.loaded();
+        let result = self
+            .run(
+                &entry,
+                loaded,
+                timeout,
+                None,
+                |loaded, mut store| async move {
+                    let r = async {
+                        let p = loaded.device_adapter()?;
+                        let i = p
+                            .instantiate_async(&mut store)
+                            .await
+                            .map_err(instantiating)?;
+                        i.wasmlet_plugin_device_adapter()
+                            .call_discover(&mut store)
+                            .await
+                    }
+                    .await;
+                    (store, r)
+                },
+            )
+            .await;
+        let devices = self.finish(&entry, result, |devices| {
+            let mut seen = std::collections::HashSet::new();
+            match devices
+                .iter()
+                .find(|d| d.id.is_empty() || !seen.insert(&d.id))
+            {
+                Some(d) => Err(format!("device id {:?} is empty or repeated", d.id)),
+                None => Ok(()),
+            }
+        })?;
+        entry.lock().devices = devices.clone();
+        Ok(devices)
+    }
+
+    /// Prepares `device_ids` for one container. A failed call is an error for the
+    /// container (it does not start).
+    pub async fn allocate(
+        &self,
+        name: &str,
+        device_ids: Vec<String>,
+    ) -> Result<Result<Allocation, String>, CallError> {
+        let entry = self.callable(name, World::DeviceAdapter)?;
+        let timeout = entry.config.limits.timeout();
+        let loaded = entry.loaded();
+        let result = self
+            .run(
+                &entry,
+                loaded,
+                timeout,
+                None,
+                |loaded, mut store| async move {
+                    let r = async {
+                        let p = loaded.device_adapter()?;
+                        let i = p
+                            .instantiate_async(&mut store)
+                            .await
+                            .map_err(instantiating)?;
+                        i.wasmlet_plugin_device_adapter()
+                            .call_allocate(&mut store, &device_ids)
+                            .await
+                    }
+                    .await;
+                    (store, r)
+                },
+            )
+            .await;
+        self.finish(&entry, result, |_| Ok(()))
+    }
+
+    /// Picks `size` devices among `available`, keeping `must_include`. When the call
+    /// fails or answers ids not available, `must_include` then the first available
+    /// ones are picked.
+    pub async fn preferred_allocation(
+        &self,
+        name: &str,
+        available: &[String],
+        must_include: &[String],
+        size: u32,
+    ) -> Vec<String> {
+        match self
+            .try_preferred_allocation(name, available, must_include, size)
+            .await
+        {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!(
+                    plugin = name,
+                    "device adapter failed, picking devices in order: {e}"
+                );
+                let mut ids: Vec<String> = must_include.to_vec();
+                for id in available {
+                    if ids.len() >= size as usize {
+                        break;
+                    }
+                    if !ids.contains(id) {
+                        ids.push(id.clone());
+                    }
+                }
+                ids
+            }
+        }
+    }
+
+    /// The adapter's preferred allocation, checked: only available ids, none twice,
+    /// every `must_include`.
+    pub async fn try_preferred_allocation(
+        &self,
+        name: &str,
+        available: &[String],
+        must_include: &[String],
+        size: u32,
+    ) -> Result<Vec<String>, CallError> {
+        let entry = self.callable(name, World::DeviceAdapter)?;
+        let timeout = entry.config.limits.timeout();
+        let loaded = entry.loaded();
+        let (a, m) = (available.to_vec(), must_include.to_vec());
+        let result = self
+            .run(
+                &entry,
+                loaded,
+                timeout,
+                None,
+                |loaded, mut store| async move {
+                    let r = async {
+                        let p = loaded.device_adapter()?;
+                        let i = p
+                            .instantiate_async(&mut store)
+                            .await
+                            .map_err(instantiating)?;
+                        i.wasmlet_plugin_device_adapter()
+                            .call_preferred_allocation(&mut store, &a, &m, size)
+                            .await
+                    }
+                    .await;
+                    (store, r)
+                },
+            )
+            .await;
+        self.finish(&entry, result, |ids| {
+            let mut seen = std::collections::HashSet::new();
+            if let Some(id) = ids
+                .iter()
+                .find(|id| !available.contains(id) || !seen.insert(*id))
+            {
+                return Err(format!("device {id:?} is not available or picked twice"));
+            }
+            if let Some(id) = must_include.iter().find(|id| !ids.contains(id)) {
+                return Err(format!("device {id:?} must be included"));
+            }
+            Ok(())
+        })
+    }
+
+    // ----- listing and metrics -----
+
+    /// Every loaded plugin with its state and metrics, by name.
+    pub fn plugins(&self) -> Vec<PluginInfo> {
+        let now = Instant::now();
+        let entries: Vec<Arc<Entry>> = self.lock_plugins().values().cloned().collect();
+        entries
+            .iter()
+            .map(|e| {
+                let state = e.lock();
+                PluginInfo {
+                    name: e.config.name.clone(),
+                    world: e.config.world,
+                    source: e.config.source.clone(),
+                    disabled_until: state.health.disabled_until(now),
+                    consecutive_failures: state.health.consecutive_failures(),
+                    reloads: state.reloads,
+                    resource_name: state.resource_name.clone(),
+                    metrics: state.metrics.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// The metrics of every plugin in the Prometheus text format:
+    /// `wasmlet_plugin_calls_total{plugin,world}`,
+    /// `wasmlet_plugin_failures_total{plugin,kind}`, `wasmlet_plugin_disabled{plugin}`
+    /// and the `wasmlet_plugin_call_duration_seconds{plugin,world}` histogram.
+    pub fn metrics_text(&self) -> String {
+        let infos = self.plugins();
+        let rows: Vec<metrics::Row<'_>> = infos
+            .iter()
+            .map(|i| metrics::Row {
+                name: &i.name,
+                world: i.world,
+                disabled: i.disabled_until.is_some(),
+                metrics: &i.metrics,
+            })
+            .collect();
+        metrics::render(&rows)
+    }
+
+    /// The files of the loaded file plugins, for the watcher.
+    pub(crate) fn watched_files(&self) -> Vec<(String, PathBuf)> {
+        self.lock_plugins()
+            .values()
+            .filter_map(|e| match &e.config.source {
+                PluginSource::File(p) => Some((e.config.name.clone(), p.clone())),
+                PluginSource::Image(_) => None,
+            })
+            .collect()
+    }
+
+    pub(crate) fn changed(&self) -> &Notify {
+        &self.inner.changed
+    }
+
+    // ----- internals -----
+
+    fn lock_plugins(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Entry>>> {
+        self.inner.plugins.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_plugins_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<Entry>>> {
+        self.inner
+            .plugins
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn entry(&self, name: &str) -> Option<Arc<Entry>> {
+        self.lock_plugins().get(name).cloned()
+    }
+
+    fn emit(&self, plugin: &str, kind: PluginEventKind) {
+        if let Some(sink) = &self.inner.events {
+            sink(PluginEvent {
+                plugin: plugin.to_string(),
+                kind,
+            });
+        }
+    }
+
+    /// The plugin, if it is loaded, of `world`, and not disabled. Counts the call.
+    fn callable(&self, name: &str, world: World) -> Result<Arc<Entry>, CallError> {
+        let entry = self
+            .entry(name)
+            .ok_or_else(|| CallError::NotLoaded(name.to_string()))?;
+        if entry.config.world != world {
+            return Err(CallError::WrongWorld {
+                plugin: name.to_string(),
+                expected: world,
+                actual: entry.config.world,
+            });
+        }
+        let now = Instant::now();
+        let mut state = entry.lock();
+        state.metrics.calls += 1;
+        if let Err((until, failures)) = state.health.admit(now) {
+            let e = CallError::Disabled {
+                plugin: name.to_string(),
+                until,
+                remaining: until - now,
+                failures,
+            };
+            state.metrics.fail(e.kind());
+            return Err(e);
+        }
+        drop(state);
+        Ok(entry)
+    }
+
+    /// Runs `f` with a fresh store for `entry` under the call's limits, and turns
+    /// what went wrong into a [`CallError`].
+    async fn run<R, F, Fut>(
+        &self,
+        entry: &Entry,
+        loaded: Arc<Loaded>,
+        timeout: Duration,
+        pod_ips: Option<Vec<String>>,
+        f: F,
+    ) -> Result<R, CallError>
+    where
+        F: FnOnce(Arc<Loaded>, Store<CallState>) -> Fut,
+        Fut: Future<Output = (Store<CallState>, wasmtime::Result<R>)>,
+    {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let _slot = tokio::time::timeout_at(deadline, self.inner.slots.acquire())
+            .await
+            .map_err(|_| CallError::Timeout(timeout))?
+            .map_err(|_| CallError::Instantiate("the host is shutting down".into()))?;
+        let network = pod_ips.map(|ips| PodNetwork::new(&ips, deadline));
+        let state = CallState::new(
+            entry.name.clone(),
+            &entry.config,
+            entry.settings.clone(),
+            network,
+        )
+        .map_err(CallError::Instantiate)?;
+        let mut store = Store::new(&self.inner.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        // Trap at the deadline; until then, yield to the runtime every tick so a
+        // busy plugin does not hold a worker thread.
+        let wall_deadline = deadline.into_std();
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if std::time::Instant::now() >= wall_deadline {
+                Err(DeadlineExceeded.into())
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        let outcome = tokio::time::timeout_at(
+            deadline + DEADLINE_GRACE + self.inner.epoch_tick,
+            f(loaded, store),
+        )
+        .await;
+        let took = started.elapsed();
+        let cap = entry.config.limits.memory_bytes;
+        let result = match outcome {
+            Err(_) => Err(CallError::Timeout(timeout)),
+            Ok((store, result)) => {
+                store.data().flush_stdio();
+                let exceeded = store.data().limiter.exceeded;
+                result.map_err(|e| classify(e, exceeded, timeout, cap))
+            }
+        };
+        entry.lock().metrics.observe(took);
+        result
+    }
+
+    /// Checks a result's size and `validate`s it, then counts it.
+    fn finish<R: EncodedSize>(
+        &self,
+        entry: &Entry,
+        result: Result<R, CallError>,
+        validate: impl FnOnce(&R) -> Result<(), String>,
+    ) -> Result<R, CallError> {
+        let result = result.and_then(|r| {
+            let size = r.encoded_size();
+            if size > RESULT_MAX {
+                return Err(CallError::InvalidResult(format!(
+                    "the answer is {size} bytes, more than {RESULT_MAX}"
+                )));
+            }
+            validate(&r).map_err(CallError::InvalidResult)?;
+            Ok(r)
+        });
+        let transition = {
+            let mut state = entry.lock();
+            match &result {
+                Ok(_) => state.health.success(),
+                Err(e) => {
+                    state.metrics.fail(e.kind());
+                    state.health.failure(Instant::now(), &self.inner.backoff)
+                }
+            }
+        };
+        if let Err(e) = &result {
+            tracing::warn!(plugin = %entry.name, kind = e.kind(), "plugin call failed: {e}");
+        }
+        match transition {
+            Transition::None => {}
+            Transition::Enabled => {
+                tracing::info!(plugin = %entry.name, "plugin enabled again after a good call");
+                self.emit(&entry.name, PluginEventKind::Enabled);
+            }
+            Transition::Disabled { backoff, failures } => {
+                tracing::warn!(plugin = %entry.name, "plugin disabled for {backoff:?} after {failures} consecutive failures");
+                if let Err(last_error) = &result {
+                    self.emit(
+                        &entry.name,
+                        PluginEventKind::Disabled {
+                            failures,
+                            backoff,
+                            last_error: last_error.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        result
+    }
+}
+
+fn instantiating(e: wasmtime::Error) -> wasmtime::Error {
+    e.context(Instantiating)
+}
+
+/// What went wrong in a call, from wasmtime's error.
+fn classify(e: wasmtime::Error, memory_exceeded: bool, timeout: Duration, cap: u64) -> CallError {
+    if e.downcast_ref::<DeadlineExceeded>().is_some()
+        || matches!(
+            e.downcast_ref::<wasmtime::Trap>(),
+            Some(wasmtime::Trap::Interrupt)
+        )
+    {
+        return CallError::Timeout(timeout);
+    }
+    if memory_exceeded || e.downcast_ref::<MemoryCapExceeded>().is_some() {
+        return CallError::OutOfMemory { cap };
+    }
+    if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
+        let frame = e
+            .downcast_ref::<wasmtime::WasmBacktrace>()
+            .and_then(|bt| bt.frames().first())
+            .and_then(|f| f.func_name().map(str::to_string));
+        return CallError::Trap(match frame {
+            Some(func) => format!("{trap} in {func}"),
+            None => trap.to_string(),
+        });
+    }
+    let message = crate::state::cut(&format!("{e:#}"), 1024).to_string();
+    if e.downcast_ref::<Instantiating>().is_some() {
+        CallError::Instantiate(message)
+    } else {
+        CallError::Trap(message)
+    }
+}
+
+async fn read(name: &str, path: &Path) -> Result<Vec<u8>> {
+    tokio::fs::read(path).await.map_err(|source| Error::Read {
+        name: name.to_string(),
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+impl Entry {
+    fn loaded(&self) -> Arc<Loaded> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, EntryState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Loaded {
+    fn probe(&self) -> wasmtime::Result<&probe::ProbePluginPre<CallState>> {
+        match &self.pre {
+            Pre::Probe(p) => Ok(p),
+            _ => Err(wasmtime::format_err!("not a probe plugin")),
+        }
+    }
+
+    fn admission(&self) -> wasmtime::Result<&admission::AdmissionPluginPre<CallState>> {
+        match &self.pre {
+            Pre::Admission(p) => Ok(p),
+            _ => Err(wasmtime::format_err!("not an admission plugin")),
+        }
+    }
+
+    fn eviction(&self) -> wasmtime::Result<&eviction::EvictionPluginPre<CallState>> {
+        match &self.pre {
+            Pre::Eviction(p) => Ok(p),
+            _ => Err(wasmtime::format_err!("not an eviction plugin")),
+        }
+    }
+
+    fn device_adapter(
+        &self,
+    ) -> wasmtime::Result<&device_adapter::DeviceAdapterPluginPre<CallState>> {
+        match &self.pre {
+            Pre::DeviceAdapter(p) => Ok(p),
+            _ => Err(wasmtime::format_err!("not a device adapter plugin")),
+        }
+    }
+}
+
+impl Linkers {
+    fn new(engine: &Engine) -> Result<Self> {
+        let base = || -> wasmtime::Result<Linker<CallState>> {
+            let mut l = Linker::new(engine);
+            wasmtime_wasi::p2::add_to_linker_async(&mut l)?;
+            Ok(l)
+        };
+        let build = || -> wasmtime::Result<Linkers> {
+            let mut probe_l = base()?;
+            probe::ProbePlugin::add_to_linker::<_, HasSelf<CallState>>(&mut probe_l, |s| s)?;
+            let mut admission_l = base()?;
+            admission::AdmissionPlugin::add_to_linker::<_, HasSelf<CallState>>(
+                &mut admission_l,
+                |s| s,
+            )?;
+            let mut eviction_l = base()?;
+            eviction::EvictionPlugin::add_to_linker::<_, HasSelf<CallState>>(
+                &mut eviction_l,
+                |s| s,
+            )?;
+            let mut device_l = base()?;
+            device_adapter::DeviceAdapterPlugin::add_to_linker::<_, HasSelf<CallState>>(
+                &mut device_l,
+                |s| s,
+            )?;
+            Ok(Linkers {
+                probe: probe_l,
+                admission: admission_l,
+                eviction: eviction_l,
+                device_adapter: device_l,
+            })
+        };
+        build().map_err(|e| Error::Engine(format!("linking the plugin ABI: {e:#}")))
+    }
+}
