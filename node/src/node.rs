@@ -661,7 +661,10 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
         None => sync_loop,
     };
     let sync_loop = match &plugins {
-        Some(host) => sync_loop.with_plugins(host.clone()),
+        Some(host) => sync_loop.with_plugins(
+            host.clone(),
+            crate::plugins::admission_plugins(&config.plugins),
+        ),
         None => sync_loop,
     };
     sync_loop.run(sources_rx, pleg_rx, cancel.clone()).await;

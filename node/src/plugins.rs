@@ -163,28 +163,46 @@ pub fn node_state(node: &crate::admission::NodeInfo, admitted: &[Pod]) -> NodeSt
     }
 }
 
-/// Runs every admission plugin, in the order of the configuration; the first denial
-/// rejects the pod with its reason and message. A plugin that fails decides by its
+/// The admission plugins of a configuration, in its order: all of them, loaded or
+/// not (one that failed to load decides by its `failurePolicy`).
+pub fn admission_plugins(config: &[wasmlet_plugin_host::PluginConfig]) -> Vec<String> {
+    config
+        .iter()
+        .filter(|p| p.world == World::Admission)
+        .map(|p| p.name.clone())
+        .collect()
+}
+
+/// Whether a pod already ran on a node: the API reports it Running or with a
+/// container that started. After a restart such pods are re-admitted by the built-in
+/// checks only, so a plugin that is slow, failing or changed does not stop what runs.
+pub fn already_running(pod: &Pod) -> bool {
+    pod.status.as_ref().is_some_and(|s| {
+        s.phase.as_deref() == Some("Running")
+            || s.container_statuses
+                .iter()
+                .flatten()
+                .any(|c| c.container_id.is_some())
+    })
+}
+
+/// Runs the admission plugins `names` in order; the first denial rejects the pod with
+/// its reason and message. A plugin that fails (or is not loaded) decides by its
 /// `failurePolicy` (the host applies it).
 pub async fn admit(
     host: &PluginHost,
+    names: &[String],
     pod: &Pod,
     node: &crate::admission::NodeInfo,
     admitted: &[Pod],
 ) -> Result<(), crate::admission::Rejection> {
-    let names: Vec<String> = host
-        .plugins()
-        .into_iter()
-        .filter(|p| p.world == World::Admission)
-        .map(|p| p.name)
-        .collect();
-    if names.is_empty() {
+    if names.is_empty() || already_running(pod) {
         return Ok(());
     }
     let info = pod_info(pod);
     let state = node_state(node, admitted);
     for name in names {
-        if let Decision::Deny(denial) = host.admit(&name, info.clone(), state.clone()).await {
+        if let Decision::Deny(denial) = host.admit(name, info.clone(), state.clone()).await {
             return Err(crate::admission::Rejection {
                 reason: denial.reason,
                 message: format!("admission plugin {name}: {}", denial.message),
@@ -280,6 +298,37 @@ mod tests {
         assert!(
             err.contains("probe.wasmlet.dev/setup.startup.settings"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn pods_that_already_ran_are_not_asked_about_again() {
+        let mut p = pod(serde_json::json!({}));
+        assert!(!already_running(&p));
+        p.status = Some(serde_json::from_value(serde_json::json!({"phase": "Pending"})).unwrap());
+        assert!(!already_running(&p));
+        p.status = Some(
+            serde_json::from_value(serde_json::json!({
+                "phase": "Pending",
+                "containerStatuses": [{"name": "main", "image": "i1", "imageID": "", "ready": false,
+                    "restartCount": 1, "containerID": "wasm://abc"}],
+            }))
+            .unwrap(),
+        );
+        assert!(already_running(&p), "a container started");
+        p.status = Some(serde_json::from_value(serde_json::json!({"phase": "Running"})).unwrap());
+        assert!(already_running(&p));
+        let config: Vec<wasmlet_plugin_host::PluginConfig> =
+            serde_json::from_value(serde_json::json!([
+                {"name": "b", "world": "admission", "source": {"file": "/b.wasm"}},
+                {"name": "p", "world": "probe", "source": {"file": "/p.wasm"}},
+                {"name": "a", "world": "admission", "source": {"file": "/a.wasm"}},
+            ]))
+            .unwrap();
+        assert_eq!(
+            admission_plugins(&config),
+            ["b", "a"],
+            "the configuration's order"
         );
     }
 

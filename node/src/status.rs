@@ -143,7 +143,8 @@ fn api_container_status(
         .is_some_and(|cs| cs.state == ContainerState::Running)
     {
         s.resources = rec.applied.as_ref().and_then(|(_, spec)| spec.clone());
-        s.allocated_resources = c
+        // The requests the node gave it: those of the last resize it applied.
+        s.allocated_resources = s
             .resources
             .as_ref()
             .and_then(|r| r.requests.clone())

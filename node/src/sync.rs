@@ -680,9 +680,13 @@ impl PodSyncer {
         if st.sandbox.as_ref().is_some_and(|s| s.ready) {
             // Every sync keeps the pod cgroup as the spec sizes it: made again if it
             // was removed behind the node, counted in the QoS shares after a restart
-            // (an adopted pod), resized in place when the pod's resources changed.
+            // (an adopted pod), resized in place. A resize that grows the pod must
+            // reach the pod cgroup before its containers (cgroup v1 refuses a child
+            // quota above its parent's); one that shrinks it fails here (a pod is
+            // never limited below what it uses, nor below its containers) and is
+            // written again once the containers were updated, below.
             if let Err(message) = self.pod_cgroup(pod, runtime.name() == "wasm") {
-                tracing::warn!(pod = %full_name(pod), "{message}");
+                tracing::debug!(pod = %full_name(pod), "{message}; trying again after the containers");
             }
         } else {
             let ran = st.containers.values().any(|r| r.current.is_some());
@@ -820,6 +824,13 @@ impl PodSyncer {
                     soonest(d);
                 }
             }
+        }
+        // After the containers: what a shrink could not write before them (nothing
+        // while one of them refused its resize). A no-op when nothing changed.
+        if st.containers.values().all(|r| r.resize_error.is_none())
+            && let Err(message) = self.pod_cgroup(pod, runtime.name() == "wasm")
+        {
+            tracing::warn!(pod = %full_name(pod), "{message}");
         }
         SyncOutcome {
             requeue_after: match (requeue, until_deadline) {
@@ -1619,6 +1630,9 @@ impl PodSyncer {
             .as_ref()
             .is_some_and(|(applied, spec)| *applied == desired && *spec == c.resources)
         {
+            // What it runs with is what the spec says (again: a refused resize that
+            // was reverted is no longer in progress).
+            rec.resize_error = None;
             return None;
         }
         let adopted = rec.applied.is_none();

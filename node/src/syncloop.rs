@@ -100,8 +100,8 @@ pub struct SyncLoop {
     housekeeping_running: Arc<std::sync::atomic::AtomicBool>,
     /// Whether a removal of orphaned pod cgroups is under way.
     cgroup_cleanup_running: Arc<std::sync::atomic::AtomicBool>,
-    /// Admission plugins.
-    plugins: Option<wasmlet_plugin_host::PluginHost>,
+    /// The plugin host and the admission plugins, in the configuration's order.
+    plugins: Option<(wasmlet_plugin_host::PluginHost, Vec<String>)>,
     /// The pod sources this node has; housekeeping removes nothing until each has
     /// sent its first snapshot (the kubelet's `sourcesReady`).
     sources: Vec<String>,
@@ -207,8 +207,12 @@ impl SyncLoop {
 
     /// Asks the admission plugins of `host` about every new pod, after the built-in
     /// admission.
-    pub fn with_plugins(mut self, host: wasmlet_plugin_host::PluginHost) -> Self {
-        self.plugins = Some(host);
+    pub fn with_plugins(
+        mut self,
+        host: wasmlet_plugin_host::PluginHost,
+        admission: Vec<String>,
+    ) -> Self {
+        self.plugins = Some((host, admission));
         self
     }
 
@@ -250,7 +254,9 @@ impl SyncLoop {
         // The built-in checks first, then the admission plugins in their order.
         let decided = match crate::admission::admit(pod, &admitted, node) {
             Ok(()) => match &self.plugins {
-                Some(host) => crate::plugins::admit(host, pod, node, &admitted).await,
+                Some((host, names)) => {
+                    crate::plugins::admit(host, names, pod, node, &admitted).await
+                }
                 None => Ok(()),
             },
             Err(rejection) => Err(rejection),

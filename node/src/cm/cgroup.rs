@@ -562,6 +562,20 @@ impl CgroupManager {
         }
     }
 
+    /// The memory the cgroup uses now, in bytes (v1 `memory.usage_in_bytes`, v2
+    /// `memory.current`); `None` when it does not exist.
+    pub fn memory_usage(&self, name: &CgroupName) -> Result<Option<u64>> {
+        let rel = self.rel(name);
+        let file = match &self.hierarchy {
+            Hierarchy::V1(v1) => match v1.managed.iter().find(|(c, _)| *c == "memory") {
+                Some((_, mount)) => mount.join(&rel).join("memory.usage_in_bytes"),
+                None => return Ok(None),
+            },
+            Hierarchy::V2(v2) => v2.root.join(&rel).join("memory.current"),
+        };
+        read_parsed(&file, |t| t.trim().parse().ok())
+    }
+
     /// Moves a process into the cgroup (its `cgroup.procs` in each hierarchy it is
     /// created in).
     pub fn add_process(&self, name: &CgroupName, pid: u32) -> Result<()> {

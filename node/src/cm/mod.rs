@@ -364,6 +364,19 @@ impl ContainerManager {
         {
             return Ok(());
         }
+        // A pod cgroup is never limited below what it uses now: the kernel would
+        // reclaim or OOM-kill the pod (the kubelet refuses such a resize too).
+        if let Some(formulas::Limit::Value(limit)) = desired.memory
+            && let Some(used) = self.cgroups.memory_usage(&name)?
+            && used > limit
+        {
+            return Err(Error::Pod {
+                pod: crate::podconfig::full_name(pod),
+                reason: format!(
+                    "its memory limit of {limit} bytes is below the {used} bytes it uses now"
+                ),
+            });
+        }
         let qos_changed =
             previous.and_then(|t| burstable_request(&t.pod)) != burstable_request(pod);
         pods.insert(
@@ -421,8 +434,9 @@ impl ContainerManager {
             let was_burstable = pods
                 .remove(uid)
                 .is_some_and(|t| crate::qos::qos_class(&t.pod) == "Burstable");
-            if was_burstable {
-                self.update_qos_locked(&pods)?;
+            if was_burstable && let Err(e) = self.update_qos_locked(&pods) {
+                // The next pod ensured or removed writes them again.
+                tracing::warn!(pod_uid = %uid, "updating the burstable shares: {e}");
             }
         }
         for name in names {

@@ -154,6 +154,10 @@ pub trait Runner: Send + Sync {
     async fn run(&self, pod: &Pod, target: handlers::Target<'_>) -> Outcome;
 }
 
+/// How much of a probe plugin's failure message is kept (the kubelet's 10 KiB of
+/// probe output).
+const PLUGIN_OUTPUT_MAX: usize = 10 << 10;
+
 /// The real handlers; `exec` goes to the pod's runtime, and a probe the pod's
 /// annotations give a plugin goes to the node's plugin host
 /// ([`crate::plugins::probe_plugin`]).
@@ -196,11 +200,21 @@ impl Runner for RealRunner {
                 };
                 match host.probe(&name, request).await {
                     wasmlet_plugin_host::types::ProbeResult::Success => Outcome::success(""),
-                    wasmlet_plugin_host::types::ProbeResult::Failure(output) => Outcome {
-                        result: ProbeResult::Failure,
-                        output,
-                        warning: false,
-                    },
+                    wasmlet_plugin_host::types::ProbeResult::Failure(mut output) => {
+                        // As much as the kubelet keeps of a probe's output.
+                        if output.len() > PLUGIN_OUTPUT_MAX {
+                            let mut cut = PLUGIN_OUTPUT_MAX;
+                            while !output.is_char_boundary(cut) {
+                                cut -= 1;
+                            }
+                            output.truncate(cut);
+                        }
+                        Outcome {
+                            result: ProbeResult::Failure,
+                            output,
+                            warning: false,
+                        }
+                    }
                 }
             }
         }

@@ -1015,6 +1015,17 @@ fn a_container_pod_is_resized_in_place_through_update_container_resources() {
     });
     assert_eq!(container(&resized).container_id.as_ref(), Some(&id));
     assert_eq!(container(&resized).restart_count, 0);
+
+    // Down: the container first, then the pod (cgroup v1 keeps a child's quota at or
+    // below its parent's).
+    let mut smaller = resized.clone();
+    smaller.metadata.resource_version = None;
+    smaller.spec.as_mut().unwrap().containers[0].resources = Some(limits("300m"));
+    c.api.replace(&smaller).unwrap();
+    wait("the pod's quota to shrink", LONG, || {
+        (read(pod_cpu.join("cpu.cfs_quota_us")) == "30000").then_some(())
+    });
+    assert_eq!(read(own_cpu.join("cpu.cfs_quota_us")), "30000");
     c.api
         .delete::<Pod>(Some("default"), "busy", Some(0))
         .unwrap();

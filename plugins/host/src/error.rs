@@ -55,8 +55,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// A call into a plugin that did not return a valid answer.
 ///
 /// Every kind but [`NotLoaded`](CallError::NotLoaded),
-/// [`WrongWorld`](CallError::WrongWorld) and [`Disabled`](CallError::Disabled)
-/// is the plugin's fault: it is counted as a failure and, repeated, disables the
+/// [`WrongWorld`](CallError::WrongWorld), [`Disabled`](CallError::Disabled) and
+/// [`Busy`](CallError::Busy) is the plugin's fault: it is counted as a failure and, repeated, disables the
 /// plugin for a while.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallError {
@@ -92,6 +92,10 @@ pub enum CallError {
     /// instantiation failed).
     #[error("instantiation failed: {0}")]
     Instantiate(String),
+    /// Every instance slot of the host stayed taken until the call's deadline: the
+    /// node is busy, the plugin never ran (not counted against it).
+    #[error("no free plugin instance within {0:?}: the node's plugins are all busy")]
+    Busy(Duration),
 }
 
 impl CallError {
@@ -107,6 +111,7 @@ impl CallError {
             CallError::Trap(_) => "trap",
             CallError::InvalidResult(_) => "invalid_result",
             CallError::Instantiate(_) => "instantiate",
+            CallError::Busy(_) => "busy",
         }
     }
 
@@ -114,7 +119,10 @@ impl CallError {
     pub fn is_plugin_failure(&self) -> bool {
         !matches!(
             self,
-            CallError::NotLoaded(_) | CallError::WrongWorld { .. } | CallError::Disabled { .. }
+            CallError::NotLoaded(_)
+                | CallError::WrongWorld { .. }
+                | CallError::Disabled { .. }
+                | CallError::Busy(_)
         )
     }
 }

@@ -969,9 +969,12 @@ impl PluginHost {
         let deadline = started + timeout;
         let _slot = tokio::time::timeout_at(deadline, self.inner.slots.acquire())
             .await
-            .map_err(|_| CallError::Timeout(timeout))?
+            .map_err(|_| CallError::Busy(timeout))?
             .map_err(|_| CallError::Instantiate("the host is shutting down".into()))?;
-        let network = pod_ips.map(|ips| PodNetwork::new(&ips, deadline));
+        // The pod's network answers before the call's deadline, so a pod that hangs
+        // is the plugin's answer to give (a failed check), not the plugin's timeout.
+        let network_deadline = deadline - (deadline - Instant::now()) / 5;
+        let network = pod_ips.map(|ips| PodNetwork::new(&ips, network_deadline));
         let state = CallState::new(
             entry.name.clone(),
             &entry.config,
@@ -1034,7 +1037,13 @@ impl PluginHost {
                 Ok(_) => state.health.success(),
                 Err(e) => {
                     state.metrics.fail(e.kind());
-                    state.health.failure(Instant::now(), &self.inner.backoff)
+                    // A busy node is not the plugin's fault: it does not count
+                    // toward disabling it.
+                    if e.is_plugin_failure() {
+                        state.health.failure(Instant::now(), &self.inner.backoff)
+                    } else {
+                        Transition::None
+                    }
                 }
             }
         };

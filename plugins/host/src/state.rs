@@ -80,7 +80,14 @@ impl CallState {
             plugin,
             settings,
             wasi: wasi.build(),
-            table: ResourceTable::new(),
+            table: {
+                // Handles (streams, pollables, sockets) a call may hold at once:
+                // beyond this, a plugin's resource leak traps instead of growing
+                // the node's memory.
+                let mut table = ResourceTable::new();
+                table.set_max_capacity(RESOURCE_TABLE_MAX);
+                table
+            },
             limiter: MemoryLimiter::new(config.limits.memory_bytes),
             log_lines: 0,
             pod_network,
@@ -95,6 +102,9 @@ impl CallState {
         self.stderr.drain_to_log(&self.plugin, "stderr");
     }
 }
+
+/// The most resource handles one call may hold.
+const RESOURCE_TABLE_MAX: usize = 10_000;
 
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {

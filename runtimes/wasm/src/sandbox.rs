@@ -904,20 +904,32 @@ impl MemoryCap {
     }
 
     fn limit(&self) -> Option<u64> {
-        Some(self.limit.load(Ordering::Relaxed)).filter(|l| *l != u64::MAX)
+        Some(self.limit.load(Ordering::SeqCst)).filter(|l| *l != u64::MAX)
     }
 
-    /// Sets a new cap, unless the memories already use more: they cannot shrink.
+    /// Sets a new cap, unless the memories already use more: they cannot shrink. The
+    /// cap is set first and the use read after, as a growth adds its use first and
+    /// reads the cap after (both `SeqCst`): either the growth sees the new cap, or
+    /// this sees the growth and puts the old cap back.
     fn set_limit(&self, limit: Option<u64>) -> Result<(), u64> {
-        let used = self.used.load(Ordering::Relaxed);
-        match limit {
-            Some(l) if l < used => Err(used),
-            _ => {
-                self.limit
-                    .store(limit.unwrap_or(u64::MAX), Ordering::Relaxed);
-                Ok(())
-            }
+        let new = limit.unwrap_or(u64::MAX);
+        let old = self.limit.swap(new, Ordering::SeqCst);
+        let used = self.used.load(Ordering::SeqCst);
+        if used > new {
+            self.limit.store(old, Ordering::SeqCst);
+            return Err(used);
         }
+        Ok(())
+    }
+
+    /// Takes `grow` bytes more, unless that passes the cap.
+    fn grow(&self, grow: u64) -> bool {
+        let before = self.used.fetch_add(grow, Ordering::SeqCst);
+        if before + grow > self.limit.load(Ordering::SeqCst) {
+            self.used.fetch_sub(grow, Ordering::SeqCst);
+            return false;
+        }
+        true
     }
 }
 
@@ -944,16 +956,10 @@ impl ResourceLimiter for MemoryLimiter {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        // One store grows at a time: its guest runs on one task.
-        let grow = (desired - current) as u64;
-        let used = self.cap.used.load(Ordering::Relaxed);
-        if let Some(limit) = self.cap.limit()
-            && used + grow > limit
-        {
+        if !self.cap.grow((desired - current) as u64) {
             self.refused = true;
             return Ok(false);
         }
-        self.cap.used.store(used + grow, Ordering::Relaxed);
         Ok(true)
     }
 
@@ -969,6 +975,20 @@ impl ResourceLimiter for MemoryLimiter {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_memory_cap_changes_in_place_but_never_below_what_is_used() {
+        let cap = super::MemoryCap::new(Some(100));
+        assert!(cap.grow(60));
+        assert!(!cap.grow(50), "past the cap");
+        assert_eq!(cap.set_limit(Some(50)), Err(60), "below the use");
+        assert_eq!(cap.limit(), Some(100), "the old cap stays");
+        assert_eq!(cap.set_limit(Some(200)), Ok(()));
+        assert!(cap.grow(50));
+        assert_eq!(cap.set_limit(None), Ok(()));
+        assert_eq!(cap.limit(), None);
+        assert!(cap.grow(1 << 40));
+    }
+
     #[test]
     fn the_stop_interface_is_recognised_at_compatible_versions() {
         for name in [

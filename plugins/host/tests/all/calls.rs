@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use wasmlet_plugin_host::types::{Decision, NodeState, Pair, ProbeRequest, ProbeResult};
-use wasmlet_plugin_host::{CallError, PluginConfig, World};
+use wasmlet_plugin_host::{BackoffPolicy, CallError, HostOptions, PluginConfig, PluginHost, World};
 
 use crate::{candidates, components, config, good_still_works, host, load_good, pod};
 
@@ -337,4 +337,60 @@ async fn call_latency() {
     let p99 = times[times.len() * 99 / 100];
     println!("eviction rank call (instantiate + call + drop): p50 {p50:?} p99 {p99:?}");
     assert!(p50 < Duration::from_millis(20), "{p50:?}");
+}
+
+#[tokio::test]
+async fn a_call_that_finds_every_instance_taken_is_busy_and_not_counted_against_the_plugin() {
+    let host = PluginHost::new(HostOptions {
+        max_instances: 1,
+        max_memory_bytes: 64 << 20,
+        backoff: BackoffPolicy {
+            failure_threshold: 2,
+            ..BackoffPolicy::default()
+        },
+        ..HostOptions::default()
+    })
+    .unwrap();
+    let mut looping = config("loop", World::Eviction);
+    looping.limits.timeout_millis = 5_000;
+    host.load_bytes(looping, components::looping())
+        .await
+        .unwrap();
+    let mut good = config("good", World::Eviction);
+    good.limits.timeout_millis = 50;
+    host.load_bytes(good, components::ranking(&[2, 1, 0]))
+        .await
+        .unwrap();
+    let busy = tokio::spawn({
+        let host = host.clone();
+        async move { host.try_rank("loop", "memory.available", &[]).await }
+    });
+    // The loop holds the one instance: calls to the good plugin find none free.
+    let mut busy_calls = 0;
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while busy_calls < 3 && Instant::now() < deadline {
+        match host
+            .try_rank("good", "memory.available", &candidates())
+            .await
+        {
+            Err(CallError::Busy(_)) => busy_calls += 1,
+            Ok(_) => tokio::task::yield_now().await,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(
+        busy_calls, 3,
+        "the pool's one instance was never seen taken"
+    );
+    let info = host
+        .plugins()
+        .into_iter()
+        .find(|p| p.name == "good")
+        .unwrap();
+    assert_eq!(
+        info.consecutive_failures, 0,
+        "busy is not the plugin's failure"
+    );
+    assert!(info.disabled_until.is_none());
+    busy.abort();
 }
