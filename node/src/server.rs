@@ -91,13 +91,8 @@ async fn readyz(State(state): State<ServerState>, Query(q): Query<HealthQuery>) 
     )
 }
 
-/// `prober_probe_total`, as the kubelet serves it at `/metrics/probes`.
-async fn probe_metrics(State(state): State<ServerState>) -> Response {
-    let text = state
-        .probes
-        .as_ref()
-        .map(|p| p.metrics_text())
-        .unwrap_or_default();
+/// Metrics in the Prometheus text format.
+fn prometheus_text(text: String) -> Response {
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -108,21 +103,26 @@ async fn probe_metrics(State(state): State<ServerState>) -> Response {
         .into_response()
 }
 
+/// `prober_probe_total`, as the kubelet serves it at `/metrics/probes`.
+async fn probe_metrics(State(state): State<ServerState>) -> Response {
+    prometheus_text(
+        state
+            .probes
+            .as_ref()
+            .map(|p| p.metrics_text())
+            .unwrap_or_default(),
+    )
+}
+
 /// Per-plugin calls, failures by kind and latency (`wasmlet_plugin_*`).
 async fn plugin_metrics(State(state): State<ServerState>) -> Response {
-    let text = state
-        .plugins
-        .as_ref()
-        .map(|p| p.metrics_text())
-        .unwrap_or_default();
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
+    prometheus_text(
+        state
+            .plugins
+            .as_ref()
+            .map(|p| p.metrics_text())
+            .unwrap_or_default(),
     )
-        .into_response()
 }
 
 /// The read-only router.

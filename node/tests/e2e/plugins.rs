@@ -1,6 +1,7 @@
-//! Wasm plugins in a real node: a probe plugin chosen by a pod annotation decides a
-//! Wasm pod's readiness (with the probe's own timing), an admission plugin rejects
-//! pods with its reason before they start, and both show in `/metrics/plugins`.
+//! Wasm plugins in a real node: a probe plugin (from a file) chosen by a pod
+//! annotation decides a Wasm pod's readiness (with the probe's own timing), an
+//! admission plugin (from an image in the node's store) rejects pods with its reason
+//! before they start, and both show in `/metrics/plugins`.
 
 use k8s_openapi::api::core::v1::Pod;
 use wasmlet_testkit::node::{NodeOptions, free_port, http_get, poll};
@@ -23,13 +24,27 @@ fn probed_httpd(name: &str, port: u16, expect: &str) -> String {
 #[test]
 fn probe_and_admission_plugins_decide_for_real_pods() {
     let built = wasmlet_testkit::images::ensure_plugins().expect("the example plugins build");
+    // The admission plugin comes as an image in the node's store (imported from its
+    // drop directory), the probe plugin as a file.
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("require-team.tar");
+    let reference = "localhost/wasmlet-plugins/require-team:1";
+    wasmlet_testkit::images::write_oci_archive(
+        &wasmlet_testkit::images::WasmImage::new(
+            reference,
+            std::fs::read(&built["require-label-admission"]).unwrap(),
+            wasmlet_testkit::images::WasmLayout::Artifact,
+        ),
+        &archive,
+    )
+    .unwrap();
     let config = format!(
-        "  plugins:\n  - name: http-json\n    world: probe\n    source: {{file: {}}}\n  - name: require-team\n    world: admission\n    source: {{file: {}}}\n    settings: {{label: team, max-cpu-millis: \"1000\"}}\n",
+        "  plugins:\n  - name: http-json\n    world: probe\n    source: {{file: {}}}\n  - name: require-team\n    world: admission\n    source: {{image: {reference}}}\n    settings: {{label: team, max-cpu-millis: \"1000\"}}\n",
         built["http-json-probe"].display(),
-        built["require-label-admission"].display()
     );
     let node = start_with(NodeOptions {
         images: vec!["httpd".into(), "ticker".into()],
+        image_archives: vec![archive],
         wasmlet_config: config,
         ..Default::default()
     });

@@ -20,6 +20,8 @@ pub struct NodeOptions {
     pub node_name: String,
     /// Example images (names in `target/images`) placed in the node's drop directory.
     pub images: Vec<String>,
+    /// More OCI archives placed in the node's drop directory.
+    pub image_archives: Vec<PathBuf>,
     /// Container restart back-off: initial and maximum.
     pub backoff: (Duration, Duration),
     /// Extra command-line flags.
@@ -48,6 +50,7 @@ impl Default for NodeOptions {
         NodeOptions {
             node_name: "e2e".into(),
             images: Vec::new(),
+            image_archives: Vec::new(),
             backoff: (Duration::from_millis(500), Duration::from_secs(2)),
             extra_args: Vec::new(),
             wasmlet_config: String::new(),
@@ -122,6 +125,13 @@ impl TestNode {
         let logs = dir.path().join("pods");
         for d in [&manifests, &root.join("images"), &logs] {
             std::fs::create_dir_all(d)?;
+        }
+        for archive in &opts.image_archives {
+            let name = archive
+                .file_name()
+                .context("an image archive has a file name")?;
+            std::fs::copy(archive, root.join("images").join(name))
+                .with_context(|| format!("copying {}", archive.display()))?;
         }
         if !opts.images.is_empty() {
             let images = crate::images::ensure_example_images()?;
