@@ -825,6 +825,9 @@ impl PodSyncer {
                 }
             }
         }
+        // A container that exited during this sync (a guest that ends at once) has
+        // its termination message in the status this sync makes.
+        self.termination_messages(pod, st);
         // After the containers: what a shrink could not write before them (nothing
         // while one of them refused its resize). A no-op when nothing changed.
         if st.containers.values().all(|r| r.resize_error.is_none())
