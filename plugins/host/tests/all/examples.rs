@@ -257,7 +257,7 @@ async fn hostile_loop_times_out() {
         r.unwrap_err(),
         CallError::Timeout(Duration::from_millis(300))
     );
-    assert!(took < Duration::from_millis(1500), "{took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
 }
 
 #[tokio::test]
@@ -324,30 +324,4 @@ async fn hostile_socket_is_denied_without_a_grant_and_connects_with_one() {
     );
     let (r, _) = hostile("hostile-socket", &settings, |c| c.grants.network = true).await;
     assert_eq!(r.unwrap(), ProbeResult::Success);
-}
-
-#[tokio::test]
-async fn a_plugin_call_costs_microseconds() {
-    let (host, _) = host();
-    good_eviction(&host).await;
-    let c = candidates();
-    for _ in 0..20 {
-        host.try_rank("priority-eviction", "memory.available", &c)
-            .await
-            .unwrap();
-    }
-    let mut times = Vec::new();
-    for _ in 0..300 {
-        let started = Instant::now();
-        host.try_rank("priority-eviction", "memory.available", &c)
-            .await
-            .unwrap();
-        times.push(started.elapsed());
-    }
-    times.sort();
-    println!(
-        "priority-eviction (SDK, wasip1 adapter) call: p50 {:?} p99 {:?}",
-        times[times.len() / 2],
-        times[times.len() * 99 / 100]
-    );
 }
