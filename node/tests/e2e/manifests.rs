@@ -35,19 +35,23 @@ fn editing_a_manifest_replaces_the_pod_with_a_new_uid() {
     let second = node
         .wait_pod("t", LONG, |p| uid(p) != uid(&first) && is_running(p))
         .unwrap();
-    let same_name = node
-        .pods()
-        .unwrap()
-        .into_iter()
-        .filter(|p| p.metadata.name == first.metadata.name)
-        .count();
-    assert_eq!(
-        same_name, 1,
-        "the old pod is gone, not listed beside the new one"
-    );
+    // The old pod is listed while it stops, then gone: only the new one is left.
+    let same_name = || {
+        node.pods().ok().map(|pods| {
+            pods.into_iter()
+                .filter(|p| p.metadata.name == first.metadata.name)
+                .count()
+        })
+    };
+    poll(LONG, || same_name().filter(|n| *n == 1)).unwrap_or_else(|| {
+        panic!(
+            "the old pod is still listed beside the new one: {:?}",
+            same_name()
+        )
+    });
     assert_eq!(container(&second).restart_count, 0);
     let old_sandbox = sandboxes_before[0];
-    poll(Duration::from_secs(10), || {
+    poll(LONG, || {
         (!Path::new(&format!("/proc/{old_sandbox}")).exists()).then_some(())
     })
     .expect("the old pod's sandbox process exits");
