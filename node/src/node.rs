@@ -689,7 +689,6 @@ pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Resul
                     tracing::warn!(pod_uid = %uid, "removing the pod cgroup: {e}");
                 }
             }
-            let _ = cm.update_qos();
         });
         let _ = tokio::time::timeout(Duration::from_secs(15), removed).await;
     }

@@ -1145,12 +1145,7 @@ impl PodSyncer {
         if let Some(cm) = self.cgroups.clone() {
             // Whatever is left in it is killed first (it can take a few seconds).
             let id = uid(pod).to_owned();
-            let removed = tokio::task::spawn_blocking(move || {
-                let r = cm.remove_pod(&id);
-                let _ = cm.update_qos();
-                r
-            })
-            .await;
+            let removed = tokio::task::spawn_blocking(move || cm.remove_pod(&id)).await;
             if let Ok(Err(e)) = removed {
                 tracing::warn!(pod = %full_name(pod), "removing the pod cgroup: {e}");
                 cgroup_removed = false;

@@ -204,8 +204,8 @@ pub struct ContainerManager {
     config: Config,
     cgroups: CgroupManager,
     kubepods: CgroupName,
-    /// This process's `oom_score_adj`: containers cannot get a lower one.
-    oom_floor: i64,
+    /// The containers' scores, floored at this process's own `oom_score_adj`.
+    oom: OomScores,
     pods: Mutex<BTreeMap<String, Tracked>>,
     /// UIDs whose orphaned cgroups are being removed: [`Self::ensure_pod`] waits for
     /// them rather than make a cgroup the removal would destroy.
@@ -226,22 +226,16 @@ impl ContainerManager {
             return Err(Error::Config("cpuCFSQuotaPeriod is 0".into()));
         }
         let cgroups = CgroupManager::detect(&config.mount_root, config.driver)?;
-        // Without CAP_SYS_RESOURCE no score below this process's own can be set; with
-        // it, any can (the floor is the kernel's minimum).
-        let oom_floor = if formulas::has_cap_sys_resource() {
-            -1000
-        } else {
-            formulas::own_oom_score_adj().map_err(|source| Error::Io {
-                op: "reading",
-                path: "/proc/self/oom_score_adj".into(),
-                source,
-            })?
-        };
+        let oom = OomScores::new(config.capacity.memory_bytes).map_err(|source| Error::Io {
+            op: "reading",
+            path: "/proc/self/oom_score_adj".into(),
+            source,
+        })?;
         Ok(Self {
             kubepods: root.child(KUBEPODS),
             config,
             cgroups,
-            oom_floor,
+            oom,
             pods: Mutex::new(BTreeMap::new()),
             removing: Mutex::new(HashSet::new()),
         })
@@ -405,11 +399,7 @@ impl ContainerManager {
 
     /// The pod's `oom_score_adj` for a container ([`OomScores::for_container`]).
     pub fn oom_score_adj(&self, pod: &Pod, container: &Container) -> i64 {
-        OomScores {
-            memory_capacity_bytes: self.config.capacity.memory_bytes,
-            floor: self.oom_floor,
-        }
-        .for_container(pod, container)
+        self.oom.for_container(pod, container)
     }
 
     /// Where a pod with this UID can have its cgroup: under each QoS cgroup.
@@ -540,7 +530,9 @@ pub struct OomScores {
 }
 
 impl OomScores {
-    /// For a node with `memory_capacity_bytes`, with the floor of this process.
+    /// For a node with `memory_capacity_bytes`, with the floor of this process:
+    /// without CAP_SYS_RESOURCE no score below its own can be set; with it, any can
+    /// (the floor is the kernel's minimum).
     pub fn new(memory_capacity_bytes: u64) -> std::io::Result<Self> {
         let floor = if formulas::has_cap_sys_resource() {
             -1000

@@ -240,7 +240,17 @@ pub fn ensure_example_images() -> anyhow::Result<PathBuf> {
 fn ensure_example_images_locked() -> anyhow::Result<PathBuf> {
     let root = workspace_root()?;
     let out_dir = root.join("target").join("images");
-    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    with_build_lock(&out_dir, || build_example_images(&root, &out_dir).map(drop))?;
+    Ok(out_dir)
+}
+
+/// Runs `build` holding an exclusive lock on `<out_dir>/.lock` (made with the
+/// directory if need be), so builds from several test processes do not overlap.
+pub(crate) fn with_build_lock<T>(
+    out_dir: &Path,
+    build: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let lock_path = out_dir.join(".lock");
     let lock = std::fs::OpenOptions::new()
         .create(true)
@@ -250,9 +260,9 @@ fn ensure_example_images_locked() -> anyhow::Result<PathBuf> {
         .with_context(|| format!("opening {}", lock_path.display()))?;
     lock.lock()
         .with_context(|| format!("locking {}", lock_path.display()))?;
-    build_example_images(&root, &out_dir)?;
+    let built = build();
     drop(lock);
-    Ok(out_dir)
+    built
 }
 
 #[cfg(test)]

@@ -191,19 +191,7 @@ pub fn ensure_plugins() -> anyhow::Result<BTreeMap<String, PathBuf>> {
 fn ensure_plugins_locked() -> anyhow::Result<BTreeMap<String, PathBuf>> {
     let root = super::workspace_root()?;
     let out_dir = root.join("target").join("plugins");
-    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let lock_path = out_dir.join(".lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .with_context(|| format!("opening {}", lock_path.display()))?;
-    lock.lock()
-        .with_context(|| format!("locking {}", lock_path.display()))?;
-    let built = build_plugins_into(&root, &out_dir)?;
-    drop(lock);
-    Ok(built)
+    super::with_build_lock(&out_dir, || build_plugins_into(&root, &out_dir))
 }
 
 #[cfg(test)]
