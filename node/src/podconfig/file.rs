@@ -1,7 +1,10 @@
 //! The static pod source: a directory of manifests, one pod per file.
 //!
 //! Changes are seen at once through inotify and, as a backstop, on every
-//! `fileCheckFrequency` rescan. Dotfiles and directories are ignored. A file that
+//! `fileCheckFrequency` rescan. Only events that mean a change wake a rescan
+//! (create, write, close after writing, rename, delete, metadata): the opens, reads
+//! and closes that the rescan itself causes must not, or the source would wake
+//! itself for ever. Dotfiles and directories are ignored. A file that
 //! cannot be decoded is reported with its path and what is wrong; if it held a good
 //! pod before, that pod keeps running unchanged rather than being deleted — bad input
 //! loses nothing.
@@ -158,6 +161,11 @@ impl FileSource {
                 watcher = self.watch(wake_tx.clone());
             }
             let (pods, errors) = self.scan();
+            if !self.dir.is_dir() {
+                // A removed directory's watch is gone with it: watch the new one when
+                // it appears.
+                watcher = None;
+            }
             for e in &errors {
                 tracing::error!("{e}");
             }
@@ -187,7 +195,7 @@ impl FileSource {
             return None;
         }
         let handler = move |res: notify::Result<notify::Event>| {
-            if res.is_ok() {
+            if res.is_ok_and(|event| is_change(&event.kind)) {
                 let _ = wake.send(());
             }
         };
@@ -204,6 +212,21 @@ impl FileSource {
                 None
             }
         }
+    }
+}
+
+/// Whether an inotify event on the manifest directory can mean that its manifests
+/// changed. Opening, reading and closing a file without writing it cannot: those are
+/// the events a rescan causes itself.
+fn is_change(kind: &notify::EventKind) -> bool {
+    use notify::EventKind;
+    use notify::event::{AccessKind, AccessMode};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        // Create, Modify (data, rename, metadata), Remove; Any and Other (a queue
+        // overflow asks for a rescan) are taken as changes.
+        _ => true,
     }
 }
 
@@ -270,6 +293,71 @@ mod tests {
         std::fs::remove_file(&a).unwrap();
         let (pods, _) = src.scan();
         assert!(pods.is_empty());
+    }
+
+    #[test]
+    fn only_events_that_mean_a_change_wake_a_rescan() {
+        use notify::EventKind;
+        use notify::event::{
+            AccessKind, AccessMode, CreateKind, DataChange, MetadataKind, ModifyKind, RemoveKind,
+            RenameMode,
+        };
+        let table = [
+            (EventKind::Create(CreateKind::File), true),
+            (EventKind::Modify(ModifyKind::Data(DataChange::Any)), true),
+            (EventKind::Modify(ModifyKind::Name(RenameMode::To)), true),
+            (EventKind::Modify(ModifyKind::Name(RenameMode::From)), true),
+            (
+                EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any)),
+                true,
+            ),
+            (EventKind::Remove(RemoveKind::File), true),
+            (EventKind::Remove(RemoveKind::Folder), true),
+            (
+                EventKind::Access(AccessKind::Close(AccessMode::Write)),
+                true,
+            ),
+            (EventKind::Other, true),
+            (EventKind::Access(AccessKind::Open(AccessMode::Any)), false),
+            (EventKind::Access(AccessKind::Read), false),
+            (
+                EventKind::Access(AccessKind::Close(AccessMode::Read)),
+                false,
+            ),
+            (EventKind::Access(AccessKind::Any), false),
+        ];
+        for (kind, want) in table {
+            assert_eq!(is_change(&kind), want, "{kind:?}");
+        }
+    }
+
+    /// The source's own scan of a watched directory must not wake it again; a new
+    /// manifest does.
+    #[tokio::test]
+    async fn a_scan_does_not_wake_the_source_that_made_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+        let mut src = FileSource::new(dir.path(), "n");
+        let (wake_tx, mut wake_rx) = mpsc::unbounded_channel();
+        let _watcher = src.watch(wake_tx).expect("inotify watches the directory");
+        for _ in 0..3 {
+            let (pods, _) = src.scan();
+            assert_eq!(names(&pods), ["a-n"]);
+        }
+        // The scans' own events (open, read, close) arrive within milliseconds.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(500), wake_rx.recv())
+                .await
+                .is_err(),
+            "a scan woke the source"
+        );
+        std::fs::write(dir.path().join("b.yaml"), POD.replace("NAME", "b")).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), wake_rx.recv())
+            .await
+            .expect("a new manifest wakes the source")
+            .unwrap();
+        let (pods, _) = src.scan();
+        assert_eq!(names(&pods), ["a-n", "b-n"]);
     }
 
     #[test]

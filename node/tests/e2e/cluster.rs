@@ -16,14 +16,14 @@ use crate::*;
 const NODE: &str = "e2e";
 
 /// A test API server on its own runtime, and a kubeconfig for the node.
-struct Cluster {
-    api: ApiServer,
+pub(crate) struct Cluster {
+    pub(crate) api: ApiServer,
     kubeconfig: PathBuf,
     _rt: tokio::runtime::Runtime,
     _dir: tempfile::TempDir,
 }
 
-fn cluster() -> Cluster {
+pub(crate) fn cluster() -> Cluster {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -43,7 +43,7 @@ fn cluster() -> Cluster {
     }
 }
 
-fn node_options(c: &Cluster, images: &[&str]) -> NodeOptions {
+pub(crate) fn node_options(c: &Cluster, images: &[&str]) -> NodeOptions {
     NodeOptions {
         images: images.iter().map(|s| s.to_string()).collect(),
         extra_args: vec![
@@ -79,7 +79,7 @@ fn api_pod(name: &str, image_name: &str) -> Pod {
     .unwrap()
 }
 
-fn node_ready(n: &Node) -> bool {
+pub(crate) fn node_ready(n: &Node) -> bool {
     n.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

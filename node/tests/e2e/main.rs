@@ -9,6 +9,7 @@ mod cgroups;
 mod cli;
 mod cluster;
 mod cri;
+mod idle;
 mod isolation;
 mod lifecycle;
 mod manifests;

@@ -29,6 +29,9 @@ pub struct NodeOptions {
     /// More of the config file's `wasmlet:` section, as YAML lines indented by two
     /// spaces (e.g. `  plugins:\n  - name: ...`).
     pub wasmlet_config: String,
+    /// Whether the node watches its manifest directory (`--pod-manifest-path`); the
+    /// directory is made either way.
+    pub static_pods: bool,
 }
 
 impl NodeOptions {
@@ -54,6 +57,7 @@ impl Default for NodeOptions {
             backoff: (Duration::from_millis(500), Duration::from_secs(2)),
             extra_args: Vec::new(),
             wasmlet_config: String::new(),
+            static_pods: true,
         }
     }
 }
@@ -175,11 +179,12 @@ impl TestNode {
             config.into(),
             "--root-dir".into(),
             root.clone().into(),
-            "--pod-manifest-path".into(),
-            manifests.clone().into(),
             "--hostname-override".into(),
             opts.node_name.clone().into(),
         ];
+        if opts.static_pods {
+            args.extend(["--pod-manifest-path".into(), manifests.clone().into()]);
+        }
         args.extend(opts.extra_args.iter().map(Into::into));
         let mut node = TestNode {
             dir,
@@ -465,6 +470,59 @@ pub fn tail(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// The fields of `/proc/<pid>/stat` after the command (which may hold spaces and
+/// parentheses): the first is the state (field 3).
+fn stat_fields(pid: u32) -> Result<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .with_context(|| format!("malformed /proc/{pid}/stat"))?;
+    Ok(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// The CPU time (user and system, all threads) a process has used so far.
+pub fn cpu_time(pid: u32) -> Result<Duration> {
+    let fields = stat_fields(pid)?;
+    // utime and stime are fields 14 and 15, in clock ticks.
+    let ticks = |i: usize| -> Result<u64> {
+        fields
+            .get(i - 3)
+            .and_then(|f| f.parse().ok())
+            .with_context(|| format!("no field {i} in /proc/{pid}/stat"))
+    };
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|t| *t > 0)
+        .unwrap_or(100) as f64;
+    Ok(Duration::from_secs_f64(
+        (ticks(14)? + ticks(15)?) as f64 / per_second,
+    ))
+}
+
+/// The share of one core a process used over the next `window` (0.25 = 25 %).
+pub fn cpu_share(pid: u32, window: Duration) -> Result<f64> {
+    let before = cpu_time(pid)?;
+    let started = Instant::now();
+    std::thread::sleep(window);
+    let used = cpu_time(pid)?.saturating_sub(before);
+    Ok(used.as_secs_f64() / started.elapsed().as_secs_f64())
+}
+
+/// A process's resident set (`VmRSS`) in KiB; 0 if it is gone.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Direct children of a process, from `/proc/*/stat`.
 pub fn children_of(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
@@ -475,17 +533,10 @@ pub fn children_of(pid: u32) -> Vec<u32> {
         let Ok(child) = e.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+        let Ok(fields) = stat_fields(child) else {
             continue;
         };
-        // The command may contain spaces and parentheses: fields follow the last ')'.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            continue;
-        };
-        let ppid = rest
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<u32>().ok());
+        let ppid = fields.get(1).and_then(|p| p.parse::<u32>().ok());
         if ppid == Some(pid) {
             out.push(child);
         }
