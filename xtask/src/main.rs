@@ -61,6 +61,16 @@ enum Bench {
         #[arg(long)]
         debug: bool,
     },
+    /// An idle node's own CPU and RSS with each pod source (none, a manifest
+    /// directory empty and with a pod, a manifest URL, the API server).
+    Idle {
+        /// The measuring window per case.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Build and run the debug binary instead of the release one.
+        #[arg(long)]
+        debug: bool,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -81,6 +91,9 @@ fn main() -> anyhow::Result<()> {
         Task::Bench {
             bench: Bench::PluginCall { calls, debug },
         } => bench::plugin_call(calls, debug),
+        Task::Bench {
+            bench: Bench::Idle { seconds, debug },
+        } => bench::idle(seconds, debug),
     }
 }
 

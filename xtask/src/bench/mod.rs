@@ -4,6 +4,8 @@
 //! standalone node, for Wasm pods ([`Runtime::Wasm`]) or for container pods
 //! through a private containerd ([`Runtime::Cri`]), where it also measures
 //! `ctr run` of the same image on the same containerd as a lower bound.
+//! `bench idle` ([`idle::idle`]) measures an idle node's own CPU and RSS per pod
+//! source.
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -14,7 +16,10 @@ use anyhow::{Context, bail};
 use wasmlet_testkit::containerd::images::BUSYBOX_IMAGE;
 use wasmlet_testkit::containerd::{Containerd, SNAPSHOTTER};
 use wasmlet_testkit::images;
-use wasmlet_testkit::node::{NodeOptions, TestNode, poll, tail};
+use wasmlet_testkit::node::{NodeOptions, TestNode, poll, rss_kib, tail};
+
+mod idle;
+pub use idle::idle;
 
 /// `bench plugin-call`: builds the example plugins, then runs the host's
 /// `plugin_call` example (release unless `debug`), which prints p50/p99 of plugin
@@ -128,17 +133,6 @@ fn running_pods(node: &TestNode) -> Vec<String> {
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let idx = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
     sorted[idx]
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 fn ms(d: Duration) -> f64 {
