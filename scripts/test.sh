@@ -12,6 +12,11 @@ cargo fmt --all -- --check
 echo "--- clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "--- guest images"
+# The guests build with a cargo home of their own under target/ (empty in a clean
+# clone), so every crate they compile, std's own included, is downloaded here.
+guest_home=${WASMLET_GUEST_CARGO_HOME:-target/guest-cargo-home}
+cached=$(find "$guest_home/registry/cache" -name '*.crate' 2>/dev/null | wc -l)
+echo "guest cargo home $guest_home: $cached crates cached before the build"
 cargo xtask images >/dev/null
 echo "--- tests"
 cargo test --workspace --locked 2>&1 | tee target/test.log

@@ -33,7 +33,10 @@ use std::sync::OnceLock;
 use anyhow::{Context, bail};
 
 pub use component::{component_info, componentize_command, componentize_library};
-pub use guests::{GUEST_TARGET, GuestLink, GuestToolchain, build_guest_workspace, build_guests};
+pub use guests::{
+    GUEST_CARGO_HOME_ENV, GUEST_TARGET, GuestLink, GuestToolchain, build_guest_workspace,
+    build_guests, guest_cargo_home,
+};
 pub use oci::{
     ANNOTATION_IMAGE_NAME, ANNOTATION_REF_NAME, AUTHOR, Blob, COMPONENT_OS, CREATED, ComponentInfo,
     Descriptor, ExecConfig, IMAGE_CONFIG_MEDIA_TYPE, INDEX_MEDIA_TYPE, ImageConfig, ImageIndex,

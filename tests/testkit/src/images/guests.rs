@@ -7,9 +7,15 @@
 //! `-Zbuild-std`, linked by `wasm-ld-19` against wasi-libc; a workload (a
 //! command) also links wasi-libc's `crt1-command.o`, see [`GuestLink`].
 //! A rustup toolchain that already has the `wasm32-wasip1` target is used
-//! only when the Debian packages are missing. The guests' crates.io
-//! dependencies are fetched first (a no-op, and no network, once they are in
-//! cargo's cache); the build itself runs offline.
+//! only when the Debian packages are missing.
+//!
+//! Everything a guest build compiles is fetched first: the guests' crates.io
+//! dependencies and, with `-Zbuild-std`, the standard library's own (`cfg-if`,
+//! `hashbrown`, `libc`, ...); the build itself then runs offline. The guests use a
+//! cargo home of their own, `target/guest-cargo-home` in the host workspace
+//! (`WASMLET_GUEST_CARGO_HOME` overrides it), so a clean checkout starts with an
+//! empty one and every download the build needs is made by the build itself, not
+//! found in a cache left by earlier work.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -63,7 +69,25 @@ const DEBIAN_PARTS: &[(&str, &str)] = &[
 /// else (`CARGO_*`, `RUSTUP_TOOLCHAIN`, `RUSTFLAGS`, `RUSTC_WRAPPER`, ... set
 /// by an outer `cargo test` or `cargo run`) is dropped so the outer rustup
 /// toolchain cannot leak into the guest build.
-const KEPT_ENV: &[&str] = &["PATH", "HOME", "TMPDIR", "CARGO_HOME", "LANG", "LC_ALL"];
+/// `CARGO_HOME` is not kept: see [`guest_cargo_home`].
+const KEPT_ENV: &[&str] = &["PATH", "HOME", "TMPDIR", "LANG", "LC_ALL"];
+
+/// The variable that names the guests' cargo home instead of the default.
+pub const GUEST_CARGO_HOME_ENV: &str = "WASMLET_GUEST_CARGO_HOME";
+
+/// The cargo home of every guest build: `$WASMLET_GUEST_CARGO_HOME`, else
+/// `<host workspace>/target/guest-cargo-home`.
+pub fn guest_cargo_home() -> anyhow::Result<PathBuf> {
+    if let Some(home) = std::env::var_os(GUEST_CARGO_HOME_ENV).filter(|h| !h.is_empty()) {
+        return Ok(PathBuf::from(home));
+    }
+    Ok(super::workspace_root()?
+        .join("target")
+        .join("guest-cargo-home"))
+}
+
+/// The standard library crates `-Zbuild-std` builds for the guests.
+const BUILD_STD: &str = "-Zbuild-std=std,panic_abort";
 
 /// Which compiler builds the guests.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,34 +131,39 @@ impl GuestToolchain {
         )
     }
 
-    /// `cargo fetch`: downloads the guests' crates.io dependencies (the `wasi`
-    /// bindings) that are not in the local cache yet; without network access it
-    /// succeeds as long as they are.
-    fn fetch_command(&self, workspace: &Path, link: GuestLink) -> Command {
-        let mut cmd = self.cargo(workspace, link);
+    /// `cargo fetch`: downloads what the build compiles and the guest cargo home
+    /// lacks: the guests' crates.io dependencies (the `wasi` bindings) and, for
+    /// `-Zbuild-std`, the standard library's. Without network access it succeeds
+    /// as long as they are all there.
+    fn fetch_command(&self, workspace: &Path, link: GuestLink, home: &Path) -> Command {
+        let mut cmd = self.cargo(workspace, link, home);
         cmd.arg("fetch")
             .arg("--locked")
             .arg("--target")
             .arg(GUEST_TARGET);
+        if *self == GuestToolchain::Debian {
+            cmd.arg(BUILD_STD);
+        }
         cmd
     }
 
     /// The `cargo build` command, offline: [`Self::fetch_command`] ran first.
-    fn build_command(&self, workspace: &Path, link: GuestLink) -> Command {
-        let mut cmd = self.cargo(workspace, link);
+    fn build_command(&self, workspace: &Path, link: GuestLink, home: &Path) -> Command {
+        let mut cmd = self.cargo(workspace, link, home);
         cmd.arg("build")
             .arg("--release")
             .arg("--offline")
             .arg("--target")
             .arg(GUEST_TARGET);
         if *self == GuestToolchain::Debian {
-            cmd.arg("-Zbuild-std=std,panic_abort");
+            cmd.arg(BUILD_STD);
         }
         cmd
     }
 
-    /// This toolchain's cargo in `workspace`, with a scrubbed environment.
-    fn cargo(&self, workspace: &Path, link: GuestLink) -> Command {
+    /// This toolchain's cargo in `workspace` with the cargo home `home`, with a
+    /// scrubbed environment.
+    fn cargo(&self, workspace: &Path, link: GuestLink, home: &Path) -> Command {
         let mut cmd = Command::new(match self {
             GuestToolchain::Debian => Path::new(DEBIAN_CARGO),
             GuestToolchain::Rustup { cargo, .. } => cargo.as_path(),
@@ -145,6 +174,7 @@ impl GuestToolchain {
                 cmd.env(key, value);
             }
         }
+        cmd.env("CARGO_HOME", home);
         match self {
             GuestToolchain::Debian => {
                 let mut rustflags = format!("-C link-self-contained=no -L {WASI_LIBC}");
@@ -227,27 +257,44 @@ pub fn build_guest_workspace(workspace: &Path, link: GuestLink) -> anyhow::Resul
         bail!("no guest workspace at {}", workspace.display());
     }
     let toolchain = GuestToolchain::detect()?;
-    for (step, mut cmd) in [
-        (
-            "fetching dependencies",
-            toolchain.fetch_command(workspace, link),
-        ),
-        ("build", toolchain.build_command(workspace, link)),
-    ] {
-        let output = cmd.output().with_context(|| {
-            format!("running {:?} in {}", cmd.get_program(), workspace.display())
-        })?;
-        if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let tail: Vec<&str> = stderr.lines().rev().take(40).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            bail!(
-                "guest {step} ({toolchain:?}) failed with {} in {}:\n{}",
-                output.status,
-                workspace.display(),
-                tail.join("\n")
-            );
-        }
+    let home = guest_cargo_home()?;
+    std::fs::create_dir_all(&home).with_context(|| format!("creating {}", home.display()))?;
+
+    // The fetch shows what it downloads (cargo prints `Downloaded <crate>` on stderr).
+    let mut fetch = toolchain.fetch_command(workspace, link, &home);
+    let status = fetch.status().with_context(|| {
+        format!(
+            "running {:?} in {}",
+            fetch.get_program(),
+            workspace.display()
+        )
+    })?;
+    if !status.success() {
+        bail!(
+            "fetching the guests' dependencies ({toolchain:?}, cargo home {}) failed with {status} in {}",
+            home.display(),
+            workspace.display()
+        );
+    }
+
+    let mut build = toolchain.build_command(workspace, link, &home);
+    let output = build.output().with_context(|| {
+        format!(
+            "running {:?} in {}",
+            build.get_program(),
+            workspace.display()
+        )
+    })?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(40).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        bail!(
+            "guest build ({toolchain:?}) failed with {} in {}:\n{}",
+            output.status,
+            workspace.display(),
+            tail.join("\n")
+        );
     }
     Ok(toolchain.output_dir(workspace))
 }
