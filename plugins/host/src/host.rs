@@ -10,10 +10,13 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 use wasmtime::{Engine, Store, UpdateDeadline};
 
-use crate::bindings::{admission, device_adapter, eviction, probe};
+use crate::bindings::admission::{self, AdmissionPlugin};
+use crate::bindings::device_adapter::{self, DeviceAdapterPlugin};
+use crate::bindings::eviction::{self, EvictionPlugin};
+use crate::bindings::probe::{self, ProbePlugin};
 use crate::config::{FailurePolicy, MAX_TIMEOUT, PluginConfig, PluginSource, World};
 use crate::engine::{self, EpochTicker};
 use crate::error::{CallError, Error, Result};
@@ -179,6 +182,74 @@ enum Pre {
     Admission(admission::AdmissionPluginPre<CallState>),
     Eviction(eviction::EvictionPluginPre<CallState>),
     DeviceAdapter(device_adapter::DeviceAdapterPluginPre<CallState>),
+}
+
+/// A plugin world as the host links, pre-links and instantiates it, implemented by
+/// the world's `bindgen!` bindings (a value is one instance's exports). The call
+/// path ([`PluginHost::run`], [`PluginHost::call`]) is written once against it.
+trait PluginWorld: Sized {
+    /// The world pre-linked for one component (`bindgen!`'s `…PluginPre`).
+    type Pre;
+
+    /// Adds the world's imports of the plugin ABI to a linker that has WASI.
+    fn add_imports(linker: &mut Linker<CallState>) -> wasmtime::Result<()>;
+    /// The host's linker for the world.
+    fn linker(linkers: &Linkers) -> &Linker<CallState>;
+    /// Finds the world's exports in a pre-linked component.
+    fn new_pre(pre: InstancePre<CallState>) -> wasmtime::Result<Pre>;
+    /// The world's pre-link in `pre`; an error if `pre` is of another world.
+    fn pre(pre: &Pre) -> wasmtime::Result<&Self::Pre>;
+    /// A fresh instance in `store`.
+    fn instantiate(
+        pre: &Self::Pre,
+        store: &mut Store<CallState>,
+    ) -> impl Future<Output = wasmtime::Result<Self>> + Send;
+}
+
+/// Implements [`PluginWorld`] for each world's bindings `$module::$bindings`: the
+/// world's pre-link is `$module::$pre`, kept as `Pre::$world`, its linker is
+/// `Linkers::$module`, and `$other` is the error when it is asked of a plugin of
+/// another world.
+macro_rules! plugin_worlds {
+    ($($world:ident: $module:ident::$bindings:ident, $pre:ident, $other:literal;)*) => {$(
+        impl PluginWorld for $module::$bindings {
+            type Pre = $module::$pre<CallState>;
+
+            fn add_imports(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
+                $module::$bindings::add_to_linker::<_, HasSelf<CallState>>(linker, |s| s)
+            }
+
+            fn linker(linkers: &Linkers) -> &Linker<CallState> {
+                &linkers.$module
+            }
+
+            fn new_pre(pre: InstancePre<CallState>) -> wasmtime::Result<Pre> {
+                $module::$pre::new(pre).map(Pre::$world)
+            }
+
+            fn pre(pre: &Pre) -> wasmtime::Result<&Self::Pre> {
+                match pre {
+                    Pre::$world(p) => Ok(p),
+                    _ => Err(wasmtime::format_err!($other)),
+                }
+            }
+
+            fn instantiate(
+                pre: &Self::Pre,
+                store: &mut Store<CallState>,
+            ) -> impl Future<Output = wasmtime::Result<Self>> + Send {
+                pre.instantiate_async(store)
+            }
+        }
+    )*};
+}
+
+plugin_worlds! {
+    Probe: probe::ProbePlugin, ProbePluginPre, "not a probe plugin";
+    Admission: admission::AdmissionPlugin, AdmissionPluginPre, "not an admission plugin";
+    Eviction: eviction::EvictionPlugin, EvictionPluginPre, "not an eviction plugin";
+    DeviceAdapter: device_adapter::DeviceAdapterPlugin, DeviceAdapterPluginPre,
+        "not a device adapter plugin";
 }
 
 /// Marks an error as raised while instantiating, not while calling.
@@ -394,43 +465,13 @@ impl PluginHost {
             ))
         };
         let pre = match world {
-            World::Probe => Pre::Probe(
-                probe::ProbePluginPre::new(
-                    linkers
-                        .probe
-                        .instantiate_pre(&component)
-                        .map_err(link_err)?,
-                )
-                .map_err(|e| wrong(format!("{e:#}")))?,
-            ),
-            World::Admission => Pre::Admission(
-                admission::AdmissionPluginPre::new(
-                    linkers
-                        .admission
-                        .instantiate_pre(&component)
-                        .map_err(link_err)?,
-                )
-                .map_err(|e| wrong(format!("{e:#}")))?,
-            ),
-            World::Eviction => Pre::Eviction(
-                eviction::EvictionPluginPre::new(
-                    linkers
-                        .eviction
-                        .instantiate_pre(&component)
-                        .map_err(link_err)?,
-                )
-                .map_err(|e| wrong(format!("{e:#}")))?,
-            ),
-            World::DeviceAdapter => Pre::DeviceAdapter(
-                device_adapter::DeviceAdapterPluginPre::new(
-                    linkers
-                        .device_adapter
-                        .instantiate_pre(&component)
-                        .map_err(link_err)?,
-                )
-                .map_err(|e| wrong(format!("{e:#}")))?,
-            ),
-        };
+            World::Probe => pre_link::<ProbePlugin>(linkers, &component, link_err, &wrong),
+            World::Admission => pre_link::<AdmissionPlugin>(linkers, &component, link_err, &wrong),
+            World::Eviction => pre_link::<EvictionPlugin>(linkers, &component, link_err, &wrong),
+            World::DeviceAdapter => {
+                pre_link::<DeviceAdapterPlugin>(linkers, &component, link_err, &wrong)
+            }
+        }?;
         Ok(Loaded { pre, digest })
     }
 
@@ -446,19 +487,10 @@ impl PluginHost {
                 loaded,
                 entry.config.limits.timeout(),
                 None,
-                |loaded, mut store| async move {
-                    let r = async {
-                        let p = loaded.device_adapter()?;
-                        let i = p
-                            .instantiate_async(&mut store)
-                            .await
-                            .map_err(instantiating)?;
-                        i.wasmlet_plugin_device_adapter()
-                            .call_resource_name(&mut store)
-                            .await
-                    }
-                    .await;
-                    (store, r)
+                async |p: &DeviceAdapterPlugin, store| {
+                    p.wasmlet_plugin_device_adapter()
+                        .call_resource_name(store)
+                        .await
                 },
             )
             .await
@@ -505,30 +537,16 @@ impl PluginHost {
             entry.config.limits.timeout()
         };
         let network = Some(request.pod_ips.clone());
-        let loaded = entry.loaded();
-        let result = self
-            .run(
-                &entry,
-                loaded,
-                timeout,
-                network,
-                |loaded, mut store| async move {
-                    let r = async {
-                        let p = loaded.probe()?;
-                        let i = p
-                            .instantiate_async(&mut store)
-                            .await
-                            .map_err(instantiating)?;
-                        i.wasmlet_plugin_probe()
-                            .call_check(&mut store, &request)
-                            .await
-                    }
-                    .await;
-                    (store, r)
-                },
-            )
-            .await;
-        self.finish(&entry, result, |_| Ok(()))
+        self.call(
+            &entry,
+            timeout,
+            network,
+            async |p: &ProbePlugin, store| {
+                p.wasmlet_plugin_probe().call_check(store, &request).await
+            },
+            |_| Ok(()),
+        )
+        .await
     }
 
     /// Asks an admission plugin about `pod`, applying its `failurePolicy` when the
@@ -566,34 +584,23 @@ impl PluginHost {
         node: NodeState,
     ) -> Result<Decision, CallError> {
         let entry = self.callable(name, World::Admission)?;
-        let timeout = entry.config.limits.timeout();
-        let loaded = entry.loaded();
-        let result = self
-            .run(
-                &entry,
-                loaded,
-                timeout,
-                None,
-                |loaded, mut store| async move {
-                    let r = async {
-                        let p = loaded.admission()?;
-                        let i = p
-                            .instantiate_async(&mut store)
-                            .await
-                            .map_err(instantiating)?;
-                        i.wasmlet_plugin_admission()
-                            .call_admit(&mut store, &pod, &node)
-                            .await
-                    }
-                    .await;
-                    (store, r)
-                },
-            )
-            .await;
-        self.finish(&entry, result, |d| match d {
-            Decision::Deny(d) if d.reason.is_empty() => Err("a denial needs a reason".to_string()),
-            _ => Ok(()),
-        })
+        self.call(
+            &entry,
+            entry.config.limits.timeout(),
+            None,
+            async |p: &AdmissionPlugin, store| {
+                p.wasmlet_plugin_admission()
+                    .call_admit(store, &pod, &node)
+                    .await
+            },
+            |d| match d {
+                Decision::Deny(d) if d.reason.is_empty() => {
+                    Err("a denial needs a reason".to_string())
+                }
+                _ => Ok(()),
+            },
+        )
+        .await
     }
 
     /// Ranks eviction candidates, first to evict first: every index of `candidates`
@@ -620,35 +627,19 @@ impl PluginHost {
         candidates: &[Candidate],
     ) -> Result<Vec<u32>, CallError> {
         let entry = self.callable(name, World::Eviction)?;
-        let timeout = entry.config.limits.timeout();
-        let loaded = entry.loaded();
-        let signal = signal.to_string();
-        let list = candidates.to_vec();
-        let result = self
-            .run(
+        let ranked = self
+            .call(
                 &entry,
-                loaded,
-                timeout,
+                entry.config.limits.timeout(),
                 None,
-                |loaded, mut store| async move {
-                    let r = async {
-                        let p = loaded.eviction()?;
-                        let i = p
-                            .instantiate_async(&mut store)
-                            .await
-                            .map_err(instantiating)?;
-                        i.wasmlet_plugin_eviction()
-                            .call_rank(&mut store, &signal, &list)
-                            .await
-                    }
-                    .await;
-                    (store, r)
+                async |p: &EvictionPlugin, store| {
+                    p.wasmlet_plugin_eviction()
+                        .call_rank(store, signal, candidates)
+                        .await
                 },
+                |r| policy::complete_ranking(r, candidates).map(|_| ()),
             )
-            .await;
-        let ranked = self.finish(&entry, result, |r| {
-            policy::complete_ranking(r, candidates).map(|_| ())
-        })?;
+            .await?;
         Ok(policy::complete_ranking(&ranked, candidates).unwrap_or_default())
     }
 
@@ -682,40 +673,26 @@ impl PluginHost {
     /// The adapter's devices, as it reports them.
     pub async fn try_discover(&self, name: &str) -> Result<Vec<Device>, CallError> {
         let entry = self.callable(name, World::DeviceAdapter)?;
-        let timeout = entry.config.limits.timeout();
-        let loaded = entry.loaded();
-        let result = self
-            .run(
+        let devices = self
+            .call(
                 &entry,
-                loaded,
-                timeout,
+                entry.config.limits.timeout(),
                 None,
-                |loaded, mut store| async move {
-                    let r = async {
-                        let p = loaded.device_adapter()?;
-                        let i = p
-                            .instantiate_async(&mut store)
-                            .await
-                            .map_err(instantiating)?;
-                        i.wasmlet_plugin_device_adapter()
-                            .call_discover(&mut store)
-                            .await
+                async |p: &DeviceAdapterPlugin, store| {
+                    p.wasmlet_plugin_device_adapter().call_discover(store).await
+                },
+                |devices| {
+                    let mut seen = std::collections::HashSet::new();
+                    match devices
+                        .iter()
+                        .find(|d| d.id.is_empty() || !seen.insert(&d.id))
+                    {
+                        Some(d) => Err(format!("device id {:?} is empty or repeated", d.id)),
+                        None => Ok(()),
                     }
-                    .await;
-                    (store, r)
                 },
             )
-            .await;
-        let devices = self.finish(&entry, result, |devices| {
-            let mut seen = std::collections::HashSet::new();
-            match devices
-                .iter()
-                .find(|d| d.id.is_empty() || !seen.insert(&d.id))
-            {
-                Some(d) => Err(format!("device id {:?} is empty or repeated", d.id)),
-                None => Ok(()),
-            }
-        })?;
+            .await?;
         entry.lock().devices = devices.clone();
         Ok(devices)
     }
@@ -728,31 +705,18 @@ impl PluginHost {
         device_ids: Vec<String>,
     ) -> Result<Result<Allocation, String>, CallError> {
         let entry = self.callable(name, World::DeviceAdapter)?;
-        let timeout = entry.config.limits.timeout();
-        let loaded = entry.loaded();
-        let result = self
-            .run(
-                &entry,
-                loaded,
-                timeout,
-                None,
-                |loaded, mut store| async move {
-                    let r = async {
-                        let p = loaded.device_adapter()?;
-                        let i = p
-                            .instantiate_async(&mut store)
-                            .await
-                            .map_err(instantiating)?;
-                        i.wasmlet_plugin_device_adapter()
-                            .call_allocate(&mut store, &device_ids)
-                            .await
-                    }
-                    .await;
-                    (store, r)
-                },
-            )
-            .await;
-        self.finish(&entry, result, |_| Ok(()))
+        self.call(
+            &entry,
+            entry.config.limits.timeout(),
+            None,
+            async |p: &DeviceAdapterPlugin, store| {
+                p.wasmlet_plugin_device_adapter()
+                    .call_allocate(store, &device_ids)
+                    .await
+            },
+            |_| Ok(()),
+        )
+        .await
     }
 
     /// Picks `size` devices among `available`, keeping `must_include`. When the call
@@ -799,44 +763,30 @@ impl PluginHost {
         size: u32,
     ) -> Result<Vec<String>, CallError> {
         let entry = self.callable(name, World::DeviceAdapter)?;
-        let timeout = entry.config.limits.timeout();
-        let loaded = entry.loaded();
-        let (a, m) = (available.to_vec(), must_include.to_vec());
-        let result = self
-            .run(
-                &entry,
-                loaded,
-                timeout,
-                None,
-                |loaded, mut store| async move {
-                    let r = async {
-                        let p = loaded.device_adapter()?;
-                        let i = p
-                            .instantiate_async(&mut store)
-                            .await
-                            .map_err(instantiating)?;
-                        i.wasmlet_plugin_device_adapter()
-                            .call_preferred_allocation(&mut store, &a, &m, size)
-                            .await
-                    }
-                    .await;
-                    (store, r)
-                },
-            )
-            .await;
-        self.finish(&entry, result, |ids| {
-            let mut seen = std::collections::HashSet::new();
-            if let Some(id) = ids
-                .iter()
-                .find(|id| !available.contains(id) || !seen.insert(*id))
-            {
-                return Err(format!("device {id:?} is not available or picked twice"));
-            }
-            if let Some(id) = must_include.iter().find(|id| !ids.contains(id)) {
-                return Err(format!("device {id:?} must be included"));
-            }
-            Ok(())
-        })
+        self.call(
+            &entry,
+            entry.config.limits.timeout(),
+            None,
+            async |p: &DeviceAdapterPlugin, store| {
+                p.wasmlet_plugin_device_adapter()
+                    .call_preferred_allocation(store, available, must_include, size)
+                    .await
+            },
+            |ids| {
+                let mut seen = std::collections::HashSet::new();
+                if let Some(id) = ids
+                    .iter()
+                    .find(|id| !available.contains(id) || !seen.insert(*id))
+                {
+                    return Err(format!("device {id:?} is not available or picked twice"));
+                }
+                if let Some(id) = must_include.iter().find(|id| !ids.contains(id)) {
+                    return Err(format!("device {id:?} must be included"));
+                }
+                Ok(())
+            },
+        )
+        .await
     }
 
     // ----- listing and metrics -----
@@ -951,20 +901,32 @@ impl PluginHost {
         Ok(entry)
     }
 
-    /// Runs `f` with a fresh store for `entry` under the call's limits, and turns
-    /// what went wrong into a [`CallError`].
-    async fn run<R, F, Fut>(
+    /// One call of the `W` plugin `entry` (as [`callable`](Self::callable) returned
+    /// it) on its current version: [`run`](Self::run), then [`finish`](Self::finish)
+    /// with `validate`.
+    async fn call<W: PluginWorld, R: EncodedSize>(
+        &self,
+        entry: &Entry,
+        timeout: Duration,
+        pod_ips: Option<Vec<String>>,
+        f: impl AsyncFnOnce(&W, &mut Store<CallState>) -> wasmtime::Result<R>,
+        validate: impl FnOnce(&R) -> Result<(), String>,
+    ) -> Result<R, CallError> {
+        let result = self.run(entry, entry.loaded(), timeout, pod_ips, f).await;
+        self.finish(entry, result, validate)
+    }
+
+    /// Instantiates `loaded`, a version of the `W` plugin `entry`, in a fresh store
+    /// under the call's limits and calls `f` with its exports; turns what went wrong
+    /// into a [`CallError`].
+    async fn run<W: PluginWorld, R>(
         &self,
         entry: &Entry,
         loaded: Arc<Loaded>,
         timeout: Duration,
         pod_ips: Option<Vec<String>>,
-        f: F,
-    ) -> Result<R, CallError>
-    where
-        F: FnOnce(Arc<Loaded>, Store<CallState>) -> Fut,
-        Fut: Future<Output = (Store<CallState>, wasmtime::Result<R>)>,
-    {
+        f: impl AsyncFnOnce(&W, &mut Store<CallState>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
         let started = Instant::now();
         let deadline = started + timeout;
         let _slot = tokio::time::timeout_at(deadline, self.inner.slots.acquire())
@@ -995,11 +957,19 @@ impl PluginHost {
                 Ok(UpdateDeadline::Yield(1))
             }
         });
-        let outcome = tokio::time::timeout_at(
-            deadline + DEADLINE_GRACE + self.inner.epoch_tick,
-            f(loaded, store),
-        )
-        .await;
+        let call = async move {
+            let result = async {
+                let pre = W::pre(&loaded.pre)?;
+                let exports = W::instantiate(pre, &mut store)
+                    .await
+                    .map_err(instantiating)?;
+                f(&exports, &mut store).await
+            }
+            .await;
+            (store, result)
+        };
+        let outcome =
+            tokio::time::timeout_at(deadline + DEADLINE_GRACE + self.inner.epoch_tick, call).await;
         let took = started.elapsed();
         let cap = entry.config.limits.memory_bytes;
         let result = match outcome {
@@ -1074,6 +1044,20 @@ impl PluginHost {
     }
 }
 
+/// `component` pre-linked with `W`'s linker: `unlinkable`'s error when it imports
+/// what the world does not offer, `wrong`'s when its exports do not match.
+fn pre_link<W: PluginWorld>(
+    linkers: &Linkers,
+    component: &Component,
+    unlinkable: impl FnOnce(wasmtime::Error) -> Error,
+    wrong: impl FnOnce(String) -> Error,
+) -> Result<Pre> {
+    let pre = W::linker(linkers)
+        .instantiate_pre(component)
+        .map_err(unlinkable)?;
+    W::new_pre(pre).map_err(|e| wrong(format!("{e:#}")))
+}
+
 fn instantiating(e: wasmtime::Error) -> wasmtime::Error {
     e.context(Instantiating)
 }
@@ -1130,70 +1114,51 @@ impl Entry {
     }
 }
 
-impl Loaded {
-    fn probe(&self) -> wasmtime::Result<&probe::ProbePluginPre<CallState>> {
-        match &self.pre {
-            Pre::Probe(p) => Ok(p),
-            _ => Err(wasmtime::format_err!("not a probe plugin")),
-        }
-    }
-
-    fn admission(&self) -> wasmtime::Result<&admission::AdmissionPluginPre<CallState>> {
-        match &self.pre {
-            Pre::Admission(p) => Ok(p),
-            _ => Err(wasmtime::format_err!("not an admission plugin")),
-        }
-    }
-
-    fn eviction(&self) -> wasmtime::Result<&eviction::EvictionPluginPre<CallState>> {
-        match &self.pre {
-            Pre::Eviction(p) => Ok(p),
-            _ => Err(wasmtime::format_err!("not an eviction plugin")),
-        }
-    }
-
-    fn device_adapter(
-        &self,
-    ) -> wasmtime::Result<&device_adapter::DeviceAdapterPluginPre<CallState>> {
-        match &self.pre {
-            Pre::DeviceAdapter(p) => Ok(p),
-            _ => Err(wasmtime::format_err!("not a device adapter plugin")),
-        }
-    }
-}
-
 impl Linkers {
     fn new(engine: &Engine) -> Result<Self> {
-        let base = || -> wasmtime::Result<Linker<CallState>> {
+        fn linker<W: PluginWorld>(engine: &Engine) -> wasmtime::Result<Linker<CallState>> {
             let mut l = Linker::new(engine);
             wasmtime_wasi::p2::add_to_linker_async(&mut l)?;
+            W::add_imports(&mut l)?;
             Ok(l)
-        };
+        }
         let build = || -> wasmtime::Result<Linkers> {
-            let mut probe_l = base()?;
-            probe::ProbePlugin::add_to_linker::<_, HasSelf<CallState>>(&mut probe_l, |s| s)?;
-            let mut admission_l = base()?;
-            admission::AdmissionPlugin::add_to_linker::<_, HasSelf<CallState>>(
-                &mut admission_l,
-                |s| s,
-            )?;
-            let mut eviction_l = base()?;
-            eviction::EvictionPlugin::add_to_linker::<_, HasSelf<CallState>>(
-                &mut eviction_l,
-                |s| s,
-            )?;
-            let mut device_l = base()?;
-            device_adapter::DeviceAdapterPlugin::add_to_linker::<_, HasSelf<CallState>>(
-                &mut device_l,
-                |s| s,
-            )?;
             Ok(Linkers {
-                probe: probe_l,
-                admission: admission_l,
-                eviction: eviction_l,
-                device_adapter: device_l,
+                probe: linker::<ProbePlugin>(engine)?,
+                admission: linker::<AdmissionPlugin>(engine)?,
+                eviction: linker::<EvictionPlugin>(engine)?,
+                device_adapter: linker::<DeviceAdapterPlugin>(engine)?,
             })
         };
         build().map_err(|e| Error::Engine(format!("linking the plugin ABI: {e:#}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The node runs calls on a multi-threaded runtime: their futures, the generic
+    /// call path's included, must be `Send`. A compile-time check: the closure is
+    /// type-checked, never called.
+    #[test]
+    fn calls_are_send() {
+        fn send<T: Send>(_: T) {}
+        let _check = |host: PluginHost,
+                      config: PluginConfig,
+                      request: ProbeRequest,
+                      pod: PodInfo,
+                      node: NodeState| {
+            send(async move {
+                let _ = host.load_bytes(config, Vec::new()).await;
+                let _ = host.reload_bytes("p", Vec::new()).await;
+                let _ = host.probe("p", request).await;
+                let _ = host.admit("p", pod, node).await;
+                let _ = host.rank("p", "memory.available", &[]).await;
+                let _ = host.discover("p").await;
+                let _ = host.allocate("p", Vec::new()).await;
+                let _ = host.preferred_allocation("p", &[], &[], 1).await;
+            });
+        };
     }
 }

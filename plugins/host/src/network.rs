@@ -1,4 +1,7 @@
 //! `pod-network`: how a probe plugin reaches the pod it checks, and only it.
+//!
+//! The call's store (`state::CallState`) offers it to probe plugins as the
+//! `pod-network` interface.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -9,8 +12,6 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::bindings::probe::wasmlet::plugin::pod_network;
-use crate::state::CallState;
 use crate::types::{HttpResponse, Pair};
 
 /// `http-get` keeps this much of a body.
@@ -43,7 +44,7 @@ impl PodNetwork {
         Ok(addr)
     }
 
-    async fn http_get(
+    pub(crate) async fn http_get(
         &self,
         ip: &str,
         port: u16,
@@ -123,7 +124,7 @@ impl PodNetwork {
             .map_err(|_| format!("GET http://{addr}{path}: the probe's deadline passed"))?
     }
 
-    async fn tcp_connect(&self, ip: &str, port: u16) -> Result<(), String> {
+    pub(crate) async fn tcp_connect(&self, ip: &str, port: u16) -> Result<(), String> {
         let addr = SocketAddr::new(self.check(ip)?, port);
         match tokio::time::timeout_at(self.deadline, TcpStream::connect(addr)).await {
             Ok(Ok(_stream)) => Ok(()),
@@ -138,34 +139,6 @@ struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-const NO_NETWORK: &str = "pod-network is only offered to probe calls";
-
-impl pod_network::Host for CallState {
-    async fn http_get(
-        &mut self,
-        ip: String,
-        port: u16,
-        path: String,
-        headers: Vec<Pair>,
-    ) -> wasmtime::Result<Result<HttpResponse, String>> {
-        let Some(net) = &self.pod_network else {
-            return Ok(Err(NO_NETWORK.into()));
-        };
-        let result = net.http_get(&ip, port, &path, &headers).await;
-        if let Err(e) = &result {
-            tracing::debug!(plugin = %self.plugin, "http-get refused or failed: {e}");
-        }
-        Ok(result)
-    }
-
-    async fn tcp_connect(&mut self, ip: String, port: u16) -> wasmtime::Result<Result<(), String>> {
-        let Some(net) = &self.pod_network else {
-            return Ok(Err(NO_NETWORK.into()));
-        };
-        Ok(net.tcp_connect(&ip, port).await)
     }
 }
 

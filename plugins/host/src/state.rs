@@ -1,5 +1,5 @@
 //! What one call's `Store` holds: the WASI sandbox, the memory limiter, captured
-//! stdio, and the implementation of the `host` interface.
+//! stdio, and the implementation of the `host` and `pod-network` interfaces.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -13,11 +13,11 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use crate::bindings::probe::wasmlet::plugin::{host, types};
+use crate::bindings::probe::wasmlet::plugin::{host, pod_network, types};
 use crate::config::PluginConfig;
 use crate::engine::{MAX_CORE_INSTANCES_PER_COMPONENT, MAX_MEMORIES_PER_COMPONENT};
 use crate::network::PodNetwork;
-use crate::types::{Level, Pair};
+use crate::types::{HttpResponse, Level, Pair};
 
 /// `host.log` cuts longer lines.
 pub(crate) const LOG_LINE_MAX: usize = 4096;
@@ -28,13 +28,13 @@ pub(crate) const STDIO_CAPTURE_MAX: usize = 64 * 1024;
 
 /// The store data of one call.
 pub(crate) struct CallState {
-    pub(crate) plugin: Arc<str>,
+    plugin: Arc<str>,
     settings: Arc<Vec<Pair>>,
     wasi: WasiCtx,
     table: ResourceTable,
     pub(crate) limiter: MemoryLimiter,
     log_lines: u32,
-    pub(crate) pod_network: Option<PodNetwork>,
+    pod_network: Option<PodNetwork>,
     stdout: Captured,
     stderr: Captured,
 }
@@ -147,6 +147,35 @@ impl host::Host for CallState {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or(Duration::ZERO)
             .as_millis() as u64)
+    }
+}
+
+/// What `pod-network` answers outside a probe call.
+const NO_NETWORK: &str = "pod-network is only offered to probe calls";
+
+impl pod_network::Host for CallState {
+    async fn http_get(
+        &mut self,
+        ip: String,
+        port: u16,
+        path: String,
+        headers: Vec<Pair>,
+    ) -> wasmtime::Result<Result<HttpResponse, String>> {
+        let Some(net) = &self.pod_network else {
+            return Ok(Err(NO_NETWORK.into()));
+        };
+        let result = net.http_get(&ip, port, &path, &headers).await;
+        if let Err(e) = &result {
+            tracing::debug!(plugin = %self.plugin, "http-get refused or failed: {e}");
+        }
+        Ok(result)
+    }
+
+    async fn tcp_connect(&mut self, ip: String, port: u16) -> wasmtime::Result<Result<(), String>> {
+        let Some(net) = &self.pod_network else {
+            return Ok(Err(NO_NETWORK.into()));
+        };
+        Ok(net.tcp_connect(&ip, port).await)
     }
 }
 
