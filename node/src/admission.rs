@@ -3,7 +3,8 @@
 //! This is upstream's `lifecycle.NewPredicateAdmitHandler` as pure functions: [`admit`]
 //! takes the pod, the pods already admitted and a [`NodeInfo`], and returns the
 //! [`Rejection`] the kubelet would write into `status.reason` / `status.message`.
-//! [`pod_requests`] is the effective-request formula the resource check uses.
+//! [`crate::resources::pod_requests`] is the effective-request formula the resource
+//! check uses.
 //!
 //! Checks run in upstream's order (`pkg/kubelet/lifecycle/predicate.go`: `Admit`, then
 //! `generalFilter`, which runs the scheduler's `AdmissionCheck` and a taint check), and
@@ -39,10 +40,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{Container, NodeSelectorRequirement, Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Pod, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::podconfig::static_pod::CONFIG_SOURCE_ANNOTATION;
+use crate::resources::{Units, add, is_extended, is_scalar, requests_in_units, to_units};
 
 /// The node label holding the operating system.
 pub const LABEL_OS: &str = "kubernetes.io/os";
@@ -72,7 +73,6 @@ const DESC_NODE_NAME: &str = "node(s) didn't match the requested node name";
 const DESC_TAINT_TOLERATION: &str = "node(s) had taints that the pod didn't tolerate";
 
 /// The config source of pods that came from the API server (not static pods).
-const API_SOURCE: &str = "api";
 
 /// What the node offers to pods.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -167,7 +167,7 @@ pub fn admit(pod: &Pod, admitted: &[Pod], node: &NodeInfo) -> Result<(), Rejecti
     {
         return Err(Rejection::predicate(REASON_NODE_NAME, DESC_NODE_NAME));
     }
-    if !is_static_pod(pod) {
+    if !crate::pod::is_static(pod) {
         let tolerations = pod
             .spec
             .as_ref()
@@ -187,34 +187,6 @@ pub fn admit(pod: &Pod, admitted: &[Pod], node: &NodeInfo) -> Result<(), Rejecti
     }
     Ok(())
 }
-
-/// The effective resource request of a pod, by resource name: cpu in cores, every
-/// other resource in its units (bytes for memory).
-///
-/// `max(sum of regular containers and sidecars, each init container's request plus
-/// the sidecars started before it) + overhead` (KEP-753). Sidecars are init
-/// containers with `restartPolicy: Always`. A container with a limit but no request
-/// for a resource requests its limit (API defaulting). Pod-level `spec.resources`
-/// requests for cpu, memory and hugepages replace the containers' sum (pod-level
-/// limits stand in for missing requests, as defaulting does). Quantities that do not
-/// parse are left out (API validation never lets them through; [`admit`] rejects them).
-pub fn pod_requests(pod: &Pod) -> BTreeMap<String, f64> {
-    let units = requests_in_units(pod, &|_| true, false).unwrap_or_default();
-    units
-        .into_iter()
-        .map(|(name, v)| {
-            let v = if name == "cpu" {
-                v as f64 / 1000.0
-            } else {
-                v as f64
-            };
-            (name, v)
-        })
-        .collect()
-}
-
-/// Amounts by resource name: cpu in millicores, everything else in whole units.
-type Units = BTreeMap<String, i64>;
 
 /// `NodeResourcesFit`'s `fitsRequest`, returning the first insufficiency.
 fn fits_resources(pod: &Pod, admitted: &[Pod], node: &NodeInfo) -> Result<(), Rejection> {
@@ -257,149 +229,6 @@ fn fits_resources(pod: &Pod, admitted: &[Pod], node: &NodeInfo) -> Result<(), Re
     Ok(())
 }
 
-/// The pod's effective request in [`Units`], keeping only the container requests
-/// `keep` accepts. With `strict`, an unparsable quantity is an error; otherwise it is
-/// left out.
-fn requests_in_units(
-    pod: &Pod,
-    keep: &dyn Fn(&str) -> bool,
-    strict: bool,
-) -> Result<Units, String> {
-    let Some(spec) = &pod.spec else {
-        return Ok(Units::new());
-    };
-    let mut total = Units::new();
-    for c in &spec.containers {
-        add(&mut total, &container_requests(c, keep, strict)?);
-    }
-    // An init container runs next to the sidecars started before it; a sidecar keeps
-    // running next to everything after it, so it also adds to the containers' sum.
-    let mut sidecars = Units::new();
-    let mut init_peak = Units::new();
-    for c in spec.init_containers.iter().flatten() {
-        let r = container_requests(c, keep, strict)?;
-        let during = if c.restart_policy.as_deref() == Some("Always") {
-            add(&mut total, &r);
-            add(&mut sidecars, &r);
-            sidecars.clone()
-        } else {
-            let mut during = r;
-            add(&mut during, &sidecars);
-            during
-        };
-        max_into(&mut init_peak, &during);
-    }
-    max_into(&mut total, &init_peak);
-
-    if let Some(resources) = &spec.resources {
-        let requests = resources.requests.as_ref();
-        for (name, q) in requests.into_iter().flatten() {
-            if is_pod_level(name)
-                && let Some(v) = to_units(name, q, strict)?
-            {
-                total.insert(name.clone(), v);
-            }
-        }
-        for (name, q) in resources.limits.iter().flatten() {
-            let has_request = requests.is_some_and(|r| r.contains_key(name));
-            if is_pod_level(name)
-                && !has_request
-                && !total.contains_key(name)
-                && let Some(v) = to_units(name, q, strict)?
-            {
-                total.insert(name.clone(), v);
-            }
-        }
-    }
-
-    let mut overhead = Units::new();
-    for (name, q) in spec.overhead.iter().flatten() {
-        if let Some(v) = to_units(name, q, strict)? {
-            overhead.insert(name.clone(), v);
-        }
-    }
-    add(&mut total, &overhead);
-    Ok(total)
-}
-
-/// A container's requests, a limit standing in for a missing request.
-fn container_requests(
-    c: &Container,
-    keep: &dyn Fn(&str) -> bool,
-    strict: bool,
-) -> Result<Units, String> {
-    let mut out = Units::new();
-    let Some(resources) = &c.resources else {
-        return Ok(out);
-    };
-    let requests = resources.requests.as_ref();
-    let defaulted = resources
-        .limits
-        .iter()
-        .flatten()
-        .filter(|(name, _)| !requests.is_some_and(|r| r.contains_key(*name)));
-    for (name, q) in requests.into_iter().flatten().chain(defaulted) {
-        if keep(name)
-            && let Some(v) = to_units(name, q, strict)?
-        {
-            out.insert(name.clone(), v);
-        }
-    }
-    Ok(out)
-}
-
-/// A quantity in [`Units`], rounded up (`MilliValue()` for cpu, `Value()` otherwise),
-/// forgiving float noise so `0.1 + 0.2` cores stays 300 millicores.
-fn to_units(name: &str, q: &Quantity, strict: bool) -> Result<Option<i64>, String> {
-    let value = match crate::quantity::parse(q) {
-        Ok(v) => v,
-        Err(e) if strict => return Err(format!("resource {name}: {e}")),
-        Err(_) => return Ok(None),
-    };
-    let scaled = if name == "cpu" { value * 1000.0 } else { value };
-    let nearest = scaled.round();
-    let v = if (scaled - nearest).abs() <= 1e-9 * nearest.abs().max(1.0) {
-        nearest
-    } else {
-        scaled.ceil()
-    };
-    // `as` saturates at the i64 range, which is what a capacity check wants.
-    Ok(Some(v as i64))
-}
-
-fn add(into: &mut Units, other: &Units) {
-    for (name, v) in other {
-        let slot = into.entry(name.clone()).or_insert(0);
-        *slot = slot.saturating_add(*v);
-    }
-}
-
-fn max_into(into: &mut Units, other: &Units) {
-    for (name, v) in other {
-        let slot = into.entry(name.clone()).or_insert(*v);
-        *slot = (*slot).max(*v);
-    }
-}
-
-/// Resources pod-level `spec.resources` may set (`IsSupportedPodLevelResource`).
-fn is_pod_level(name: &str) -> bool {
-    name == "cpu" || name == "memory" || name.starts_with("hugepages-")
-}
-
-/// `v1helper.IsExtendedResourceName`: a domain-prefixed name outside `kubernetes.io`.
-fn is_extended(name: &str) -> bool {
-    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
-}
-
-/// `schedutil.IsScalarResourceName`: what the scheduler accounts besides cpu, memory,
-/// ephemeral-storage and pods.
-fn is_scalar(name: &str) -> bool {
-    is_extended(name)
-        || name.starts_with("hugepages-")
-        || name.starts_with("attachable-volumes-")
-        || name.contains("kubernetes.io/")
-}
-
 /// The node's OS as the kubelet sees it (its own GOOS), falling back to its label.
 fn node_os(node: &NodeInfo) -> &str {
     if node.os.is_empty() {
@@ -428,15 +257,6 @@ fn node_labels(node: &NodeInfo) -> BTreeMap<String, String> {
 
 fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
-}
-
-/// `types.IsStaticPod`: a config source other than the API server.
-fn is_static_pod(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
-        .is_some_and(|source| source != API_SOURCE)
 }
 
 /// `nodeaffinity.GetRequiredNodeAffinity(pod).Match(node)`: every nodeSelector pair,
@@ -612,7 +432,7 @@ mod tests {
     type Requests = Vec<(String, f64)>;
 
     fn requests_of(p: &Pod) -> Requests {
-        pod_requests(p).into_iter().collect()
+        crate::resources::pod_requests(p).into_iter().collect()
     }
 
     fn r(pairs: &[(&str, f64)]) -> Requests {

@@ -14,6 +14,7 @@ use clap::Args;
 use serde::Deserialize;
 
 use crate::duration;
+use crate::pod::is_dns_subdomain;
 
 /// The kubelet flags wasmlet shares, plus its own.
 #[derive(Args, Clone, Debug, Default)]
@@ -837,25 +838,6 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// RFC 1123 subdomain: lower-case alphanumerics, `-` and `.`, at most 253 characters.
-pub fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253
-        && s.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
-}
-
-/// RFC 1123 label: a single DNS label, as container names must be.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.contains('.') && is_dns_subdomain(s)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1013,14 +995,5 @@ mod tests {
         };
         let err = flags.resolve().unwrap_err().0.join("\n");
         assert!(err.contains("NodeRestriction"), "{err}");
-    }
-
-    #[test]
-    fn dns_names() {
-        assert!(is_dns_subdomain("node-1.example.com"));
-        assert!(!is_dns_subdomain("Node"));
-        assert!(!is_dns_subdomain("-a"));
-        assert!(is_dns_label("web"));
-        assert!(!is_dns_label("a.b"));
     }
 }

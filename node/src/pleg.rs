@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use wasmlet_runtime::{ContainerEventKind, ContainerState, Runtime};
 
+use crate::pod_state::labels;
 use crate::router::RuntimeRouter;
-use crate::sync::labels;
 
 /// What happened to a container of a pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -25,7 +25,7 @@ use wasmlet_plugin_host::types::{
 };
 use wasmlet_plugin_host::{PluginHost, World};
 
-use crate::prober::ProbeKind;
+use crate::probe_results::ProbeKind;
 
 /// The annotation prefix that selects a probe plugin.
 pub const PROBE_ANNOTATION_PREFIX: &str = "probe.wasmlet.dev/";
@@ -140,7 +140,7 @@ pub fn probe_plugin(
 pub fn node_state(node: &crate::admission::NodeInfo, admitted: &[Pod]) -> NodeState {
     let mut requested: BTreeMap<String, f64> = BTreeMap::new();
     for pod in admitted {
-        for (name, v) in crate::admission::pod_requests(pod) {
+        for (name, v) in crate::resources::pod_requests(pod) {
             *requested.entry(name).or_default() += v;
         }
     }

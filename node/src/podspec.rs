@@ -105,7 +105,7 @@ pub fn dns_config(pod: &Pod, cluster: &ClusterDns) -> Result<DnsConfig, String> 
         }
     } else {
         if cluster_first {
-            tracing::warn!(pod = %crate::podconfig::full_name(pod), "dnsPolicy {policy} but no clusterDNS is configured: using the host's resolver configuration");
+            tracing::warn!(pod = %crate::pod::full_name(pod), "dnsPolicy {policy} but no clusterDNS is configured: using the host's resolver configuration");
         }
         host()?
     };

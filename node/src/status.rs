@@ -12,9 +12,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use wasmlet_runtime::{ContainerState, ContainerStatus};
 
-use crate::podconfig::uid;
+use crate::pod::restart_policy;
+use crate::pod::uid;
+use crate::pod_state::PodState;
 use crate::qos::qos_class;
-use crate::sync::{PodState, restart_policy};
 
 fn time(t: Timestamp) -> Time {
     // Kubernetes times have second precision on the wire.
@@ -98,7 +99,7 @@ fn api_container_status(
             ContainerState::Running => {
                 // Started once the startup probe succeeded (at once without one);
                 // ready once started and the readiness probe succeeded.
-                use crate::prober::{ProbeKind, ProbeResult};
+                use crate::probe_results::{ProbeKind, ProbeResult};
                 let passed = |kind: ProbeKind| {
                     kind.of(c).is_none()
                         || st.probe_results.get(&(c.name.clone(), kind))

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Container, Pod};
 use wasmlet_runtime::{
     ContainerConfig, ContainerMetadata, ContainerResources, ContainerState, ContainerStatus,
     PodMetadata, PodSandboxConfig, Runtime, SandboxState,
@@ -22,102 +22,12 @@ use wasmlet_runtime::{
 use crate::backoff::Backoff;
 use crate::cluster::events::{EventRecorder, NORMAL, WARNING};
 use crate::duration;
-use crate::podconfig::{full_name, uid};
+use crate::pod::{full_name, restart_policy, should_restart, spec_grace_seconds, uid};
 use crate::podspec::{self, ClusterDns};
 use crate::quantity;
 use crate::router::RuntimeRouter;
 
-/// Labels the kubelet puts on sandboxes and containers; the node finds its own by them.
-pub mod labels {
-    pub const POD_NAME: &str = "io.kubernetes.pod.name";
-    pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
-    pub const POD_UID: &str = "io.kubernetes.pod.uid";
-    pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
-    pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
-    pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
-    pub const CONTAINER_TERMINATION_MESSAGE_PATH: &str =
-        "io.kubernetes.container.terminationMessagePath";
-    pub const CONTAINER_TERMINATION_MESSAGE_POLICY: &str =
-        "io.kubernetes.container.terminationMessagePolicy";
-    pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
-}
-
-/// Why a container is not running, as shown in `state.waiting`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Waiting {
-    pub reason: String,
-    pub message: String,
-}
-
-impl Waiting {
-    fn new(reason: &str, message: impl Into<String>) -> Self {
-        Waiting {
-            reason: reason.into(),
-            message: message.into(),
-        }
-    }
-}
-
-/// What the node knows of one container of the pod.
-#[derive(Clone, Debug, Default)]
-pub struct ContainerRecord {
-    /// The latest instance.
-    pub current: Option<ContainerStatus>,
-    /// The instance before it, once it has been replaced.
-    pub last_terminated: Option<ContainerStatus>,
-    pub restart_count: u32,
-    pub waiting: Option<Waiting>,
-    /// The current instance was killed for a failed liveness or startup probe: it is
-    /// restarted unless the policy is Never, whatever its exit code.
-    pub probe_killed: bool,
-    /// The resources the current instance runs with, as the runtime was given them
-    /// and as the spec said them (`status.containerStatuses[].resources`); `None` for
-    /// an adopted instance until the node has set them once.
-    pub applied: Option<(ContainerResources, Option<ResourceRequirements>)>,
-    /// Why changing the running instance's resources in place failed.
-    pub resize_error: Option<String>,
-}
-
-/// The pod's sandbox as last seen.
-#[derive(Clone, Debug)]
-pub struct SandboxRecord {
-    pub id: String,
-    pub ready: bool,
-    /// The pod's IP, when the runtime gave it a network of its own.
-    pub ip: Option<String>,
-    pub config: PodSandboxConfig,
-}
-
-/// Everything a pod worker keeps about its pod between syncs.
-#[derive(Clone, Default)]
-pub struct PodState {
-    pub runtime: Option<Arc<dyn Runtime>>,
-    pub runtime_name: String,
-    pub handler: String,
-    pub sandbox: Option<SandboxRecord>,
-    pub sandbox_attempts: u32,
-    pub start_time: Option<Timestamp>,
-    pub containers: BTreeMap<String, ContainerRecord>,
-    /// Why the pod has no sandbox, if creating one failed.
-    pub sandbox_error: Option<String>,
-    /// Whether the runtime has been searched for what an earlier run of the node
-    /// left of this pod.
-    pub adopted: bool,
-    /// Why the whole pod failed (`status.reason`, `status.message`): it ran past
-    /// `activeDeadlineSeconds`. Nothing runs again.
-    pub failure: Option<(String, String)>,
-    /// Whether every init container succeeded (and every sidecar started) in the
-    /// current sandbox; the regular containers start only then.
-    pub initialized: bool,
-    /// The sandbox the pod was initialized in.
-    pub initialized_in: Option<String>,
-    /// The pod's volumes on the host, by name, once set up.
-    pub volumes: Vec<(String, crate::volumes::HostVolume)>,
-    /// When the content volumes were last written.
-    pub volumes_refreshed: Option<tokio::time::Instant>,
-    /// The probe results of the running instances, by container name and type.
-    pub probe_results: BTreeMap<(String, crate::prober::ProbeKind), crate::prober::ProbeResult>,
-}
+use crate::pod_state::{PodState, SandboxRecord, Waiting, labels};
 
 /// The memory a Wasm pod's sandbox process needs besides its guests, charged to the
 /// pod cgroup as a RuntimeClass `overhead` would be (docs/decisions.md).
@@ -169,23 +79,6 @@ pub struct PodSyncer {
     cgroups: Option<Arc<crate::cm::ContainerManager>>,
     /// The containers' oom_score_adj where there are no pod cgroups.
     oom_scores: Option<crate::cm::OomScores>,
-}
-
-/// The restart policy of a pod, defaulting to `Always`.
-pub fn restart_policy(pod: &Pod) -> &str {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always")
-}
-
-/// Whether a container that exited with `exit_code` is restarted under `policy`.
-pub fn should_restart(policy: &str, exit_code: i32) -> bool {
-    match policy {
-        "Never" => false,
-        "OnFailure" => exit_code != 0,
-        _ => true,
-    }
 }
 
 /// The directory of a pod's log files: `<root>/<namespace>_<name>_<uid>`.
@@ -357,7 +250,7 @@ impl PodSyncer {
         let Some(probes) = &self.probes else { return };
         let mut results = BTreeMap::new();
         for (name, cs) in running_instances(st) {
-            for kind in crate::prober::ProbeKind::ALL {
+            for kind in crate::probe_results::ProbeKind::ALL {
                 if let Some(r) = probes.result(&cs.id, kind) {
                     results.insert((name.to_owned(), kind), r);
                 }
@@ -371,7 +264,7 @@ impl PodSyncer {
     /// started container not yet probed ready — called once its status is published,
     /// which is what the probe workers read.
     pub fn probe(&self, pod: &Pod, st: &PodState) {
-        use crate::prober::{ProbeKind, ProbeResult};
+        use crate::probe_results::{ProbeKind, ProbeResult};
         let Some(probes) = &self.probes else { return };
         probes.add_pod(pod);
         for (name, cs) in running_instances(st) {
@@ -392,10 +285,10 @@ impl PodSyncer {
         c: &'c Container,
         id: &str,
     ) -> Option<(
-        crate::prober::ProbeKind,
+        crate::probe_results::ProbeKind,
         &'c k8s_openapi::api::core::v1::Probe,
     )> {
-        use crate::prober::{ProbeKind, ProbeResult};
+        use crate::probe_results::{ProbeKind, ProbeResult};
         let probes = self.probes.as_ref()?;
         [ProbeKind::Startup, ProbeKind::Liveness]
             .into_iter()
@@ -589,7 +482,7 @@ impl PodSyncer {
                 "DeadlineExceeded",
                 "Pod was active on the node longer than the specified deadline",
             );
-            let grace = crate::syncloop::grace_period(pod);
+            let grace = crate::pod::grace_period(pod);
             self.kill_pod(pod, st, grace).await;
             st.failure = Some((
                 "DeadlineExceeded".into(),
@@ -635,7 +528,7 @@ impl PodSyncer {
             // Terminal: nothing will run again. Stop the sidecars (gracefully, in
             // reverse order), release the sandbox, keep the statuses.
             if st.sandbox.as_ref().is_some_and(|s| s.ready) {
-                let grace = crate::syncloop::grace_period(pod);
+                let grace = crate::pod::grace_period(pod);
                 self.stop_running(pod, st, &*runtime, grace).await;
                 self.refresh(&*runtime, st).await;
                 self.termination_messages(pod, st);
@@ -802,8 +695,8 @@ impl PodSyncer {
                     c.state == ContainerState::Running
                         && (ic.startup_probe.is_none()
                             || self.probes.as_ref().is_some_and(|p| {
-                                p.result(&c.id, crate::prober::ProbeKind::Startup)
-                                    == Some(crate::prober::ProbeResult::Success)
+                                p.result(&c.id, crate::probe_results::ProbeKind::Startup)
+                                    == Some(crate::probe_results::ProbeResult::Success)
                             }))
                 })
             } else {
@@ -881,11 +774,7 @@ impl PodSyncer {
             );
             let grace = probe
                 .termination_grace_period_seconds
-                .or(pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds))
-                .unwrap_or(30)
+                .unwrap_or_else(|| spec_grace_seconds(pod))
                 .max(0) as u64;
             let deadline = tokio::time::Instant::now() + Duration::from_secs(grace);
             self.stop_one(pod, st, runtime, &c.name, &cs.id, deadline)
@@ -1730,7 +1619,7 @@ impl PodSyncer {
             format!("Started container {}", c.name),
         );
         if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
-            let grace = crate::syncloop::grace_period(pod);
+            let grace = crate::pod::grace_period(pod);
             if let Err(e) =
                 crate::hooks::run(hook, runtime, c, &id, sandbox.ip.as_deref(), grace).await
             {
@@ -1919,11 +1808,7 @@ impl PodSyncer {
             labels::CONTAINER_TERMINATION_MESSAGE_POLICY.into(),
             c.termination_message_policy.clone().unwrap_or_default(),
         );
-        let grace = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.termination_grace_period_seconds)
-            .unwrap_or(30);
+        let grace = spec_grace_seconds(pod);
         annotations.insert(
             labels::POD_TERMINATION_GRACE_PERIOD.into(),
             grace.to_string(),

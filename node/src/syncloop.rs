@@ -13,10 +13,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::pleg::PodLifecycleEvent;
-use crate::podconfig::{PodConfig, PodOp, PodUpdate, SourceSnapshot, full_name, uid};
+use crate::pod::{full_name, grace_period, uid};
+use crate::pod_state::labels;
+use crate::podconfig::{PodConfig, PodOp, PodUpdate, SourceSnapshot};
 use crate::router::RuntimeRouter;
 use crate::status::StatusStore;
-use crate::sync::{PodSyncer, labels};
+use crate::sync::PodSyncer;
 use crate::workers::{PodWorkers, Work};
 
 /// When the sync loop last went round, for `/healthz`.
@@ -53,29 +55,11 @@ impl LoopHealth {
 
 /// Whether the API says a pod has finished (Succeeded or Failed).
 pub fn is_terminal_in_api(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(crate::podconfig::static_pod::CONFIG_SOURCE_ANNOTATION))
-        .is_some_and(|s| s == crate::cluster::pod_source::SOURCE)
+    crate::pod::is_from_api(pod)
         && matches!(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
         )
-}
-
-/// The grace a pod is stopped with: its deletion grace, else its spec's, else 30 s.
-pub fn grace_period(pod: &Pod) -> Duration {
-    let seconds = pod
-        .metadata
-        .deletion_grace_period_seconds
-        .or(pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.termination_grace_period_seconds))
-        .unwrap_or(30)
-        .max(0);
-    Duration::from_secs(seconds as u64)
 }
 
 /// Timing of the loop.
@@ -292,7 +276,7 @@ impl SyncLoop {
         let pods = self
             .pods
             .values()
-            .filter(|p| crate::cluster::mirror::is_static(p))
+            .filter(|p| crate::pod::is_static(p))
             .cloned()
             .collect();
         self.static_pods.set(ready, pods);

@@ -15,9 +15,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::podconfig::{full_name, uid};
+use crate::pod::{full_name, uid};
+use crate::pod_state::PodState;
 use crate::status::{StatusStore, pod_status};
-use crate::sync::{PodState, PodSyncer};
+use crate::sync::PodSyncer;
 
 /// What a worker is asked to do next.
 #[derive(Clone, Debug)]

@@ -13,21 +13,12 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use tokio_util::sync::CancellationToken;
 
-use super::{ApiPods, MIRROR_ANNOTATION, NodeHandle, annotation, is_conflict, is_mirror};
-use crate::podconfig::full_name;
-use crate::podconfig::static_pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
+use super::{ApiPods, NodeHandle, is_conflict};
+use crate::pod::{CONFIG_HASH_ANNOTATION, MIRROR_ANNOTATION, annotation, full_name, is_mirror};
 use std::sync::{Arc, RwLock};
 
 /// How often mirror pods are reconciled (the kubelet's housekeeping period).
 pub const PERIOD: Duration = Duration::from_secs(2);
-
-/// Whether a pod is static (from a file or a manifest URL).
-pub fn is_static(pod: &Pod) -> bool {
-    matches!(
-        annotation(pod, CONFIG_SOURCE_ANNOTATION),
-        Some("file") | Some("http")
-    )
-}
 
 /// The mirror pod of a static pod.
 pub fn mirror_of(
@@ -200,7 +191,10 @@ mod tests {
         p.metadata.uid = Some(hash.into());
         p.metadata.annotations = Some(BTreeMap::from([
             (CONFIG_HASH_ANNOTATION.to_owned(), hash.to_owned()),
-            (CONFIG_SOURCE_ANNOTATION.to_owned(), "file".to_owned()),
+            (
+                crate::pod::CONFIG_SOURCE_ANNOTATION.to_owned(),
+                "file".to_owned(),
+            ),
         ]));
         p
     }

@@ -33,8 +33,6 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 pub const FIELD_MANAGER: &str = "wasmlet";
 
 /// The annotation that marks a mirror pod; its value is the static pod's config hash.
-pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
-
 /// The deadline of the node's requests other than watches, as the kubelet's heartbeat
 /// client has (the smaller of the status update frequency and the lease duration): a
 /// connection that died silently must not hold the lease renewal.
@@ -191,23 +189,6 @@ pub async fn delete_pod_now(
         Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(false),
         Err(e) => Err(e),
     }
-}
-
-/// A pod's annotation.
-pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
-
-/// Whether a pod is a mirror pod (the API's copy of a static pod).
-pub fn is_mirror(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
 }
 
 /// The Node object as last registered or written, shared by the parts that need its

@@ -11,7 +11,7 @@ use kube::api::{Api, Patch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::registration::{NodeFacts, patch_params, register};
+use super::registration::{NodeFacts, patch_params, register, status_patch};
 use super::{NodeHandle, is_not_found};
 
 /// The kubelet's cap on `status.images`.
@@ -232,16 +232,6 @@ pub fn differs(api: &NodeStatus, ours: &NodeStatus) -> bool {
         || api.images != ours.images
         || api.daemon_endpoints != ours.daemon_endpoints
         || api.runtime_handlers != ours.runtime_handlers
-}
-
-/// The strategic merge patch of the node's status: addresses replace the list (they
-/// merge by type otherwise, which folds two InternalIPs into one).
-pub fn status_patch(status: &NodeStatus) -> serde_json::Value {
-    let mut v = serde_json::to_value(status).unwrap_or_default();
-    if let Some(serde_json::Value::Array(items)) = v.get_mut("addresses") {
-        items.insert(0, serde_json::json!({ "$patch": "replace" }));
-    }
-    serde_json::json!({ "status": v })
 }
 
 #[cfg(test)]

@@ -13,12 +13,13 @@ use kube::runtime::watcher;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{ApiPods, is_mirror};
+use super::ApiPods;
+use crate::pod::CONFIG_SOURCE_ANNOTATION;
+use crate::pod::is_mirror;
 use crate::podconfig::SourceSnapshot;
-use crate::podconfig::static_pod::CONFIG_SOURCE_ANNOTATION;
 
 /// The source's name in PodConfig and in `kubernetes.io/config.source`.
-pub const SOURCE: &str = "api";
+pub const SOURCE: &str = crate::pod::API_SOURCE;
 
 /// The pods to run: every non-mirror pod, marked as coming from the API.
 pub fn desired(pods: &HashMap<String, Pod>) -> Vec<Pod> {

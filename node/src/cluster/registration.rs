@@ -163,6 +163,16 @@ pub fn label_patch(facts: &NodeFacts, existing: &Node) -> Option<BTreeMap<String
     (!patch.is_empty()).then_some(patch)
 }
 
+/// The strategic merge patch of the node's status: addresses replace the list (they
+/// merge by type otherwise, which folds two InternalIPs into one).
+pub fn status_patch(status: &NodeStatus) -> serde_json::Value {
+    let mut v = serde_json::to_value(status).unwrap_or_default();
+    if let Some(serde_json::Value::Array(items)) = v.get_mut("addresses") {
+        items.insert(0, serde_json::json!({ "$patch": "replace" }));
+    }
+    serde_json::json!({ "status": v })
+}
+
 /// Parameters of the node's patches.
 pub fn patch_params() -> PatchParams {
     PatchParams {
@@ -181,7 +191,7 @@ pub async fn register_once(client: &kube::Client, facts: &NodeFacts) -> kube::Re
             tracing::info!(node = %facts.name, "registered the node");
             // Write the status through its subresource too, in case the API server
             // dropped it on create.
-            let status = super::node_status::status_patch(&node.status.clone().unwrap_or_default());
+            let status = status_patch(&node.status.clone().unwrap_or_default());
             let params = patch_params();
             match nodes
                 .patch_status(&facts.name, &params, &Patch::Strategic(status))
@@ -205,7 +215,7 @@ pub async fn register_once(client: &kube::Client, facts: &NodeFacts) -> kube::Re
                     .patch(&facts.name, &params, &Patch::Strategic(patch))
                     .await?;
             }
-            let status = super::node_status::status_patch(&facts.base_status());
+            let status = status_patch(&facts.base_status());
             nodes
                 .patch_status(&facts.name, &params, &Patch::Strategic(status))
                 .await

@@ -14,9 +14,11 @@ use kube::api::{Api, Patch};
 use tokio_util::sync::CancellationToken;
 
 use super::registration::patch_params;
-use super::{ApiPods, MIRROR_ANNOTATION, NodeHandle, annotation, is_mirror, is_not_found};
-use crate::podconfig::full_name;
-use crate::podconfig::static_pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
+use super::{ApiPods, NodeHandle, is_not_found};
+use crate::pod::{
+    CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, MIRROR_ANNOTATION, annotation, full_name,
+    is_mirror,
+};
 use crate::status::StatusStore;
 
 /// How often every status is checked even without a change (the kubelet's 10 s).

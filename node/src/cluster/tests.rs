@@ -14,6 +14,7 @@ use super::lease::LeaseController;
 use super::node_status::{NodeStatusLoop, StatusInputs};
 use super::registration::{NodeFacts, register};
 use super::*;
+use crate::pod::MIRROR_ANNOTATION;
 
 fn facts() -> NodeFacts {
     NodeFacts {
@@ -244,10 +245,7 @@ async fn registered_with_pod() -> (ApiServer, kube::Client, CancellationToken, N
     pod.metadata
         .annotations
         .get_or_insert_with(Default::default)
-        .insert(
-            crate::podconfig::static_pod::CONFIG_SOURCE_ANNOTATION.into(),
-            "api".into(),
-        );
+        .insert(crate::pod::CONFIG_SOURCE_ANNOTATION.into(), "api".into());
     (api, client, cancel, handle, pod)
 }
 

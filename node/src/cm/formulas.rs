@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 pub use crate::podspec::{CPU_PERIOD_US, milli_cpu_to_quota, milli_cpu_to_shares};
-use crate::{admission, qos, quantity};
+use crate::{qos, quantity, resources};
 
 /// The smallest `cpu.shares` (`MinShares`): what BestEffort pods and the besteffort
 /// QoS cgroup get.
@@ -279,13 +279,13 @@ fn pod_limits(spec: &PodSpec) -> Result<PodLimits, String> {
 
 /// The pod's effective CPU request in millicores (`PodRequests`), overhead included.
 ///
-/// This is [`admission::pod_requests`]: the larger of (regular containers + sidecars)
+/// This is [`resources::pod_requests`]: the larger of (regular containers + sidecars)
 /// and each regular init container plus the sidecars started before it (KEP-753),
 /// a limit standing in for a missing request, pod-level requests replacing the sum,
 /// plus `spec.overhead`. It refines the simpler "max(largest init container,
 /// containers + sidecars)" by counting the sidecars an init container runs beside.
 pub fn pod_cpu_request_milli(pod: &Pod) -> u64 {
-    let cores = admission::pod_requests(pod)
+    let cores = resources::pod_requests(pod)
         .get("cpu")
         .copied()
         .unwrap_or(0.0);
@@ -430,8 +430,8 @@ fn memory_request(c: &Container) -> u64 {
 /// 2000000000) in priority class `system-node-critical`.
 fn is_node_critical(pod: &Pod) -> bool {
     let spec = pod.spec.as_ref();
-    let critical = crate::cluster::mirror::is_static(pod)
-        || crate::cluster::is_mirror(pod)
+    let critical = crate::pod::is_static(pod)
+        || crate::pod::is_mirror(pod)
         || spec
             .and_then(|s| s.priority)
             .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY);

@@ -308,7 +308,7 @@ impl ContainerManager {
             .qos_cgroup(crate::qos::qos_class(pod))
             .child(format!("{}{uid}", cgroup::POD_CGROUP_PREFIX));
         name.validate().map_err(|e| Error::Pod {
-            pod: crate::podconfig::full_name(pod),
+            pod: crate::pod::full_name(pod),
             reason: e.to_string(),
         })?;
         Ok(name)
@@ -335,7 +335,7 @@ impl ContainerManager {
         let name = self.pod_cgroup_name(pod)?;
         let desired = formulas::pod_resources(pod, &self.settings())
             .map_err(|reason| Error::Pod {
-                pod: crate::podconfig::full_name(pod),
+                pod: crate::pod::full_name(pod),
                 reason,
             })?
             .with_unset_limits_max();
@@ -365,7 +365,7 @@ impl ContainerManager {
             && used > limit
         {
             return Err(Error::Pod {
-                pod: crate::podconfig::full_name(pod),
+                pod: crate::pod::full_name(pod),
                 reason: format!(
                     "its memory limit of {limit} bytes is below the {used} bytes it uses now"
                 ),
@@ -554,7 +554,7 @@ impl OomScores {
 
         if value != wanted {
             tracing::info!(
-                pod = %crate::podconfig::full_name(pod),
+                pod = %crate::pod::full_name(pod),
                 container = %container.name,
                 wanted,
                 value,
@@ -571,7 +571,7 @@ fn pod_uid(pod: &Pod) -> Result<&str> {
         .as_deref()
         .filter(|u| !u.is_empty())
         .ok_or_else(|| Error::Pod {
-            pod: crate::podconfig::full_name(pod),
+            pod: crate::pod::full_name(pod),
             reason: "no UID".into(),
         })
 }

@@ -23,7 +23,7 @@ use super::SourceSnapshot;
 use super::static_pod;
 
 /// The source name used in annotations and logs.
-pub const SOURCE: &str = "file";
+pub const SOURCE: &str = crate::pod::FILE_SOURCE;
 
 /// A problem with one manifest file.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -30,7 +30,7 @@ use super::{SourceSnapshot, full_name};
 use crate::config::ManifestUrl;
 
 /// The source name used in annotations and logs.
-pub const SOURCE: &str = "http";
+pub const SOURCE: &str = crate::pod::HTTP_SOURCE;
 
 /// The time limit of one fetch, redirects and body included (the kubelet's client timeout).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -414,7 +414,7 @@ mod tests {
     use axum::routing::get;
 
     use super::*;
-    use crate::podconfig::static_pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
+    use crate::pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 
     const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: NAME\nspec:\n  containers:\n  - name: c\n    image: x:1\n";
 

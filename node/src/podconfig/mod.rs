@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use static_pod::CONFIG_SEEN_ANNOTATION;
+use crate::pod::{CONFIG_SEEN_ANNOTATION, full_name, uid};
 
 /// What happened to a set of pods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,20 +48,6 @@ pub struct SourceSnapshot {
 #[derive(Default)]
 pub struct PodConfig {
     sources: BTreeMap<String, HashMap<String, Pod>>,
-}
-
-/// The UID of a pod, which every pod from a source has.
-pub fn uid(pod: &Pod) -> &str {
-    pod.metadata.uid.as_deref().unwrap_or("")
-}
-
-/// `namespace/name`, for logs.
-pub fn full_name(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or("")
-    )
 }
 
 /// Whether two versions of a pod have the same metadata, apart from what every write

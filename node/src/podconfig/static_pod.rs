@@ -11,14 +11,10 @@ use std::path::Path;
 use k8s_openapi::api::core::v1::{Pod, Toleration};
 use sha2::{Digest, Sha256};
 
-use crate::config::{is_dns_label, is_dns_subdomain};
-
-/// Annotation carrying the pod's config hash (its UID for static pods).
-pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
-/// Annotation naming the pod's source: `file`, `http` or `api`.
-pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
-/// Annotation with the time the node first saw the pod.
-pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
+use crate::pod::{
+    CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS,
+    is_dns_label, is_dns_subdomain,
+};
 
 /// Decodes one manifest (YAML or JSON) into a pod, with a message naming what is wrong.
 pub fn decode(path: &Path, bytes: &[u8]) -> Result<Pod, String> {
@@ -148,7 +144,8 @@ pub fn apply_defaults(pod: &mut Pod, origin: Origin<'_>, node_name: &str) {
         });
     }
     spec.restart_policy.get_or_insert_with(|| "Always".into());
-    spec.termination_grace_period_seconds.get_or_insert(30);
+    spec.termination_grace_period_seconds
+        .get_or_insert(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
     spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
     spec.scheduler_name
         .get_or_insert_with(|| "default-scheduler".into());

@@ -1040,7 +1040,7 @@ mod tests {
         };
         let t = Target {
             probe: &probe,
-            kind: crate::prober::ProbeKind::Liveness,
+            kind: crate::probe_results::ProbeKind::Liveness,
             container: &c,
             container_id: "id",
             pod_ip: "127.0.0.1",

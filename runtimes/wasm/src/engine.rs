@@ -13,6 +13,7 @@ use wasmtime::{Config, Engine, Module, OptLevel};
 
 use crate::image::WasmKind;
 use crate::precompiled;
+pub use crate::precompiled::Compiled;
 
 /// The engine configuration shared by sandboxes (and the shim): epoch interruption, so
 /// an async guest yields (and can be cancelled) at every tick, and the component model
@@ -29,12 +30,6 @@ pub fn config() -> Config {
 /// A new engine with [`config`].
 pub fn new_engine() -> wasmtime::Result<Engine> {
     Engine::new(&config())
-}
-
-/// A compiled binary, ready to be linked.
-pub enum Compiled {
-    Module(Module),
-    Component(Component),
 }
 
 /// Loads `wasm_path` from the compile cache in `cache_dir`, compiling and caching it

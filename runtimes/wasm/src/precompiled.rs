@@ -4,11 +4,16 @@
 
 use std::path::Path;
 
-use wasmtime::Engine;
 use wasmtime::component::Component;
+use wasmtime::{Engine, Module};
 
-use crate::engine::Compiled;
 use crate::image::WasmKind;
+
+/// A compiled binary, ready to be linked.
+pub enum Compiled {
+    Module(Module),
+    Component(Component),
+}
 
 /// Maps a precompiled artifact from the node's compile cache.
 pub fn load(engine: &Engine, path: &Path, kind: WasmKind) -> wasmtime::Result<Compiled> {
@@ -19,7 +24,7 @@ pub fn load(engine: &Engine, path: &Path, kind: WasmKind) -> wasmtime::Result<Co
     // name and renamed into place, so a reader never maps a partial file.
     unsafe {
         Ok(match kind {
-            WasmKind::Module => Compiled::Module(wasmtime::Module::deserialize_file(engine, path)?),
+            WasmKind::Module => Compiled::Module(Module::deserialize_file(engine, path)?),
             WasmKind::Component => Compiled::Component(Component::deserialize_file(engine, path)?),
         })
     }
