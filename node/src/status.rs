@@ -45,7 +45,7 @@ fn image_id(cs: &ContainerStatus) -> String {
     }
     format!(
         "{}@{}",
-        wasmlet_runtime_wasm::reference::repository(&cs.image),
+        wasmlet_runtime::reference::repository(&cs.image),
         cs.image_ref
     )
 }

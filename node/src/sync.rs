@@ -15,8 +15,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use wasmlet_runtime::{
-    ContainerConfig, ContainerMetadata, ContainerResources, ContainerState, ContainerStatus,
-    PodMetadata, PodSandboxConfig, Runtime, SandboxState,
+    Capabilities, ContainerConfig, ContainerMetadata, ContainerResources, ContainerState,
+    ContainerStatus, PodMetadata, PodSandboxConfig, Runtime, SandboxState,
 };
 
 use crate::backoff::Backoff;
@@ -28,10 +28,6 @@ use crate::quantity;
 use crate::router::RuntimeRouter;
 
 use crate::pod_state::{PodState, SandboxRecord, Waiting, labels};
-
-/// The memory a Wasm pod's sandbox process needs besides its guests, charged to the
-/// pod cgroup as a RuntimeClass `overhead` would be (docs/decisions.md).
-pub const WASM_SANDBOX_OVERHEAD: &str = "64Mi";
 
 /// How often ConfigMap, Secret and downward API volumes are rewritten.
 const CONTENT_REFRESH: Duration = Duration::from_secs(60);
@@ -91,12 +87,12 @@ pub fn pod_log_dir(root: &std::path::Path, pod: &Pod) -> PathBuf {
     ))
 }
 
-/// The scheme of a runtime's container ids: the CRI runtime's own name
-/// (`containerd://…`), or `wasm://` for the native runtime.
+/// The scheme of a runtime's container ids: the one it declares (`wasm://…`), else
+/// the runtime name its version reports (`containerd://…`).
 async fn id_scheme(runtime: &dyn Runtime) -> wasmlet_runtime::Result<String> {
-    match runtime.name() {
-        "wasm" => Ok("wasm".to_owned()),
-        _ => Ok(runtime.version().await?.runtime_name),
+    match runtime.capabilities().container_id_scheme {
+        Some(scheme) => Ok(scheme),
+        None => Ok(runtime.version().await?.runtime_name),
     }
 }
 
@@ -187,21 +183,19 @@ impl PodSyncer {
         self.cgroups.as_ref()
     }
 
-    /// The pod as its cgroup sizes it: a Wasm pod's sandbox process (the runtime, its
-    /// compiled code and the pod's stores) is charged to the pod cgroup beside its
-    /// containers, so a Wasm pod without `spec.overhead` gets [`WASM_SANDBOX_OVERHEAD`],
-    /// as a RuntimeClass's overhead would add it.
-    fn cgroup_view(&self, pod: &Pod, wasm: bool) -> Pod {
+    /// The pod as its cgroup sizes it: a runtime whose sandbox needs memory of its own
+    /// (a Wasm pod's sandbox process: the runtime, its compiled code and the pod's
+    /// stores) has it charged to the pod cgroup beside the containers when the pod
+    /// sets no `spec.overhead`, as a RuntimeClass's overhead would add it.
+    fn cgroup_view(&self, pod: &Pod, caps: &Capabilities) -> Pod {
         let mut pod = pod.clone();
-        if wasm
+        if let Some(bytes) = caps.sandbox_memory_overhead
             && let Some(spec) = pod.spec.as_mut()
             && spec.overhead.is_none()
         {
             spec.overhead = Some(BTreeMap::from([(
                 "memory".to_owned(),
-                k8s_openapi::apimachinery::pkg::api::resource::Quantity(
-                    WASM_SANDBOX_OVERHEAD.into(),
-                ),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(bytes.to_string()),
             )]));
         }
         pod
@@ -210,7 +204,11 @@ impl PodSyncer {
     /// Creates (or updates) the pod's cgroup before its sandbox: its parent for the
     /// runtime, and the oom_score_adj of its sandbox process (Wasm: the lowest of its
     /// containers', since that process runs them all).
-    fn pod_cgroup(&self, pod: &Pod, wasm: bool) -> Result<(Option<String>, Option<i64>), String> {
+    fn pod_cgroup(
+        &self,
+        pod: &Pod,
+        caps: &Capabilities,
+    ) -> Result<(Option<String>, Option<i64>), String> {
         // The sandbox process of a Wasm pod runs all its containers: the lowest of
         // their scores.
         let oom = pod
@@ -226,7 +224,7 @@ impl PodSyncer {
         let Some(cm) = &self.cgroups else {
             return Ok((None, oom));
         };
-        let view = self.cgroup_view(pod, wasm);
+        let view = self.cgroup_view(pod, caps);
         // It also brings the burstable QoS cgroup's shares up to date when they change.
         cm.ensure_pod(&view)
             .map_err(|e| format!("pod cgroup: {e}"))?;
@@ -578,7 +576,7 @@ impl PodSyncer {
             // quota above its parent's); one that shrinks it fails here (a pod is
             // never limited below what it uses, nor below its containers) and is
             // written again once the containers were updated, below.
-            if let Err(message) = self.pod_cgroup(pod, runtime.name() == "wasm") {
+            if let Err(message) = self.pod_cgroup(pod, &runtime.capabilities()) {
                 tracing::debug!(pod = %full_name(pod), "{message}; trying again after the containers");
             }
         } else {
@@ -595,7 +593,7 @@ impl PodSyncer {
                 }
             }
             let mut config = self.sandbox_config(pod, st);
-            match self.pod_cgroup(pod, runtime.name() == "wasm") {
+            match self.pod_cgroup(pod, &runtime.capabilities()) {
                 Ok((parent, oom)) => {
                     config.cgroup_parent = parent;
                     config.oom_score_adj = oom;
@@ -724,7 +722,7 @@ impl PodSyncer {
         // After the containers: what a shrink could not write before them (nothing
         // while one of them refused its resize). A no-op when nothing changed.
         if st.containers.values().all(|r| r.resize_error.is_none())
-            && let Err(message) = self.pod_cgroup(pod, runtime.name() == "wasm")
+            && let Err(message) = self.pod_cgroup(pod, &runtime.capabilities())
         {
             tracing::warn!(pod = %full_name(pod), "{message}");
         }
@@ -1558,9 +1556,10 @@ impl PodSyncer {
         attempt: u32,
     ) -> Result<ContainerStatus, StartError> {
         self.ensure_image(runtime, pod, c).await?;
+        let caps = runtime.capabilities();
         // runAsNonRoot needs the image's user, which only container images have: a
         // Wasm guest has no uid (see docs/decisions.md).
-        if runtime.name() != "wasm" {
+        if caps.image_user {
             let image = c.image.clone().unwrap_or_default();
             let user = runtime
                 .image_status(&image)
@@ -1585,7 +1584,7 @@ impl PodSyncer {
                 retry: self.retry_after_error,
             })?;
         let config = self
-            .container_config(pod, c, attempt, env, volumes, runtime.name() == "wasm")
+            .container_config(pod, c, attempt, env, volumes, caps.directory_mounts_only)
             .map_err(|message| StartError {
                 waiting: Waiting::new("CreateContainerConfigError", message),
                 retry: self.retry_after_error,
@@ -1706,7 +1705,7 @@ impl PodSyncer {
         pod: &Pod,
         c: &Container,
         attempt: u32,
-        wasm: bool,
+        directories_only: bool,
     ) -> Result<Option<wasmlet_runtime::Mount>, String> {
         let Some(file) = self.termination_file(pod, c, attempt) else {
             return Ok(None);
@@ -1732,7 +1731,7 @@ impl PodSyncer {
                 file.display()
             )
         })?;
-        Ok(Some(if wasm {
+        Ok(Some(if directories_only {
             wasmlet_runtime::Mount {
                 container_path: std::path::Path::new(&path)
                     .parent()
@@ -1757,7 +1756,7 @@ impl PodSyncer {
         attempt: u32,
         env: crate::env::Env,
         volumes: &[(String, crate::volumes::HostVolume)],
-        wasm: bool,
+        directories_only: bool,
     ) -> Result<ContainerConfig, String> {
         let (command, args) = crate::env::expand_command(c, &env);
         // subPathExpr: a variable that is missing or empty is an error (the kubelet's
@@ -1781,8 +1780,9 @@ impl PodSyncer {
                 ))
             }
         };
-        let mut mounts = crate::volumes::container_mounts(c, volumes, &expand_sub_path, wasm)?;
-        mounts.extend(self.termination_mount(pod, c, attempt, wasm)?);
+        let mut mounts =
+            crate::volumes::container_mounts(c, volumes, &expand_sub_path, directories_only)?;
+        mounts.extend(self.termination_mount(pod, c, attempt, directories_only)?);
         let env = env.into_vec();
         let spec = pod.spec.clone().unwrap_or_default();
         let resources = self.container_resources(pod, c)?;

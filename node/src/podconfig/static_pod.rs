@@ -162,7 +162,7 @@ pub fn apply_defaults(pod: &mut Pod, origin: Origin<'_>, node_name: &str) {
             .get_or_insert_with(|| "File".into());
         let image = c.image.clone().unwrap_or_default();
         c.image_pull_policy.get_or_insert_with(|| {
-            if wasmlet_runtime_wasm::reference::is_latest_or_untagged(&image) {
+            if wasmlet_runtime::reference::is_latest_or_untagged(&image) {
                 "Always".into()
             } else {
                 "IfNotPresent".into()

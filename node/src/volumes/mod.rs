@@ -332,13 +332,13 @@ fn make_sub_dir(root: &Path, rel: &Path) -> Result<PathBuf, String> {
 
 /// The runtime mounts of `c`'s `volumeMounts`. `expand` expands `subPathExpr` with the
 /// container's environment (an error for a variable that is missing or empty, as the
-/// kubelet). For a Wasm guest (`wasm`) every mount must be a directory: WASI preopens
-/// directories only.
+/// kubelet). With `directories_only` (a Wasm guest: WASI preopens directories only)
+/// every mount must be a directory.
 pub fn container_mounts(
     c: &Container,
     volumes: &[(String, HostVolume)],
     expand: &dyn Fn(&str) -> Result<String, String>,
-    wasm: bool,
+    directories_only: bool,
 ) -> Result<Vec<wasmlet_runtime::Mount>, String> {
     let mut out = Vec::new();
     for m in c.volume_mounts.iter().flatten() {
@@ -382,7 +382,7 @@ pub fn container_mounts(
                 .map_err(|e| format!("volumeMount {:?}: subPath {sub:?}: {e}", m.name))?;
             is_dir = host_path.is_dir();
         }
-        if wasm && !is_dir {
+        if directories_only && !is_dir {
             return Err(format!(
                 "volumeMount {:?}: {} is not a directory; a Wasm container can mount directories only (WASI preopens)",
                 m.name,

@@ -9,6 +9,7 @@
 //! Start with [`Runtime`]; the data it takes and returns lives in [`types`].
 
 pub mod error;
+pub mod reference;
 pub mod types;
 
 pub use error::{Error, Result};
@@ -29,6 +30,13 @@ use tokio::sync::broadcast;
 pub trait Runtime: Send + Sync + 'static {
     /// A short name for logs and metrics, e.g. `wasm` or `cri`.
     fn name(&self) -> &str;
+
+    /// What the runtime can do and how it differs, for the node to ask instead of
+    /// comparing names. The default is an OCI container runtime with nothing more
+    /// than [`Runtime::exec_sync`].
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
 
     /// The runtime's name and version, as reported in `nodeInfo.containerRuntimeVersion`.
     async fn version(&self) -> Result<RuntimeVersion>;

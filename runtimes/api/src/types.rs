@@ -317,3 +317,57 @@ pub struct FilesystemUsage {
     pub used_bytes: Option<u64>,
     pub inodes_used: Option<u64>,
 }
+
+/// The kind of images a runtime runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ImageKind {
+    /// OCI container images: a root filesystem and a process.
+    #[default]
+    Container,
+    /// Wasm images: a module or component (the CNCF Wasm artifact layout and its kin).
+    Wasm,
+}
+
+/// What a runtime can do, and where it differs from an OCI container runtime.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// The images it runs.
+    pub images: ImageKind,
+    /// Mounts are preopened directories (WASI): every volume mount must be a
+    /// directory, and a file (the termination message) is mounted through its
+    /// directory.
+    pub directory_mounts_only: bool,
+    /// Memory the sandbox itself needs besides its containers, in bytes: charged to
+    /// the pod cgroup as a RuntimeClass `overhead` would be, when the pod sets none.
+    pub sandbox_memory_overhead: Option<u64>,
+    /// Its images name the user they run as, which `runAsNonRoot` is checked against.
+    pub image_user: bool,
+    /// The scheme of `containerStatuses[].containerID` (`wasm://…`); `None`: the
+    /// runtime name its version reports (`containerd://…`), as the kubelet does.
+    pub container_id_scheme: Option<String>,
+    /// [`crate::Runtime::exec_sync`] runs commands in containers.
+    pub exec: bool,
+    /// Streaming into a running container's stdio (`kubectl attach`).
+    pub attach: bool,
+    /// Forwarding a pod's ports (`kubectl port-forward`).
+    pub port_forward: bool,
+    /// Container and pod resource statistics.
+    pub stats: bool,
+}
+
+impl Default for Capabilities {
+    /// An OCI container runtime that can exec and nothing more.
+    fn default() -> Self {
+        Capabilities {
+            images: ImageKind::Container,
+            directory_mounts_only: false,
+            sandbox_memory_overhead: None,
+            image_user: true,
+            container_id_scheme: None,
+            exec: true,
+            attach: false,
+            port_forward: false,
+            stats: false,
+        }
+    }
+}

@@ -44,9 +44,9 @@ use wasmlet_proto::cri::v1 as cri;
 use wasmlet_proto::cri::v1::image_service_client::ImageServiceClient;
 use wasmlet_proto::cri::v1::runtime_service_client::RuntimeServiceClient;
 use wasmlet_runtime::{
-    Container, ContainerConfig, ContainerResources, ContainerStatus, Error, ExecResult,
-    FilesystemUsage, Image, PodSandbox, PodSandboxConfig, PodSandboxStatus, Result, Runtime,
-    RuntimeEvent, RuntimeStatus, RuntimeVersion,
+    Capabilities, Container, ContainerConfig, ContainerResources, ContainerStatus, Error,
+    ExecResult, FilesystemUsage, Image, ImageKind, PodSandbox, PodSandboxConfig, PodSandboxStatus,
+    Result, Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion,
 };
 
 use crate::error::{Op, from_status};
@@ -244,6 +244,21 @@ fn idempotent(result: Result<()>) -> Result<()> {
 impl Runtime for CriRuntime {
     fn name(&self) -> &str {
         "cri"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // Attach, port-forward and stats are CRI calls this backend does not make yet.
+        Capabilities {
+            images: ImageKind::Container,
+            directory_mounts_only: false,
+            sandbox_memory_overhead: None,
+            image_user: true,
+            container_id_scheme: None,
+            exec: true,
+            attach: false,
+            port_forward: false,
+            stats: false,
+        }
     }
 
     async fn version(&self) -> Result<RuntimeVersion> {

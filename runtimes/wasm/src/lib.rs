@@ -15,7 +15,6 @@ pub mod engine;
 pub mod image;
 mod precompiled;
 pub mod protocol;
-pub mod reference;
 pub mod runtime;
 pub mod sandbox;
 mod stdio;

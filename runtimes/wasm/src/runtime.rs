@@ -35,9 +35,10 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::Command;
 use tokio::sync::{broadcast, oneshot, watch};
 use wasmlet_runtime::{
-    Container, ContainerConfig, ContainerEventKind, ContainerResources, ContainerState,
-    ContainerStatus, Error, ExecResult, FilesystemUsage, Image, PodSandbox, PodSandboxConfig,
-    PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion, SandboxState,
+    Capabilities, Container, ContainerConfig, ContainerEventKind, ContainerResources,
+    ContainerState, ContainerStatus, Error, ExecResult, FilesystemUsage, Image, ImageKind,
+    PodSandbox, PodSandboxConfig, PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus,
+    RuntimeVersion, SandboxState,
 };
 
 use crate::cgroup::{self, PodCgroup};
@@ -673,6 +674,11 @@ fn image_error(image: &str, e: ImageError) -> Error {
     }
 }
 
+/// The memory a pod's sandbox process needs besides its guests (the runtime, the
+/// compiled code, the stores' bookkeeping), charged to the pod cgroup as a
+/// RuntimeClass `overhead` would be (docs/decisions.md).
+pub const SANDBOX_MEMORY_OVERHEAD: u64 = 64 << 20;
+
 const CREATE_TIMEOUT: Duration = Duration::from_secs(300);
 const SANDBOX_START_TIMEOUT: Duration = Duration::from_secs(30);
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -682,6 +688,20 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 impl Runtime for WasmRuntime {
     fn name(&self) -> &str {
         "wasm"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            images: ImageKind::Wasm,
+            directory_mounts_only: true,
+            sandbox_memory_overhead: Some(SANDBOX_MEMORY_OVERHEAD),
+            image_user: false,
+            container_id_scheme: Some("wasm".into()),
+            exec: true,
+            attach: false,
+            port_forward: false,
+            stats: false,
+        }
     }
 
     async fn version(&self) -> Result<RuntimeVersion> {
@@ -1146,7 +1166,7 @@ impl Runtime for WasmRuntime {
                     uid: None,
                     username: String::new(),
                 });
-            let repo = crate::reference::repository(&e.reference).to_owned();
+            let repo = wasmlet_runtime::reference::repository(&e.reference).to_owned();
             image.repo_tags.push(e.reference);
             let digest = format!("{repo}@{}", e.image.manifest_digest);
             if !image.repo_digests.contains(&digest) {
