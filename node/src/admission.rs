@@ -72,8 +72,6 @@ const DESC_NODE_AFFINITY: &str = "node(s) didn't match Pod's node affinity/selec
 const DESC_NODE_NAME: &str = "node(s) didn't match the requested node name";
 const DESC_TAINT_TOLERATION: &str = "node(s) had taints that the pod didn't tolerate";
 
-/// The config source of pods that came from the API server (not static pods).
-
 /// What the node offers to pods.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeInfo {
