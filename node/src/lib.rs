@@ -17,6 +17,7 @@ pub mod config;
 pub mod duration;
 pub mod env;
 pub mod hooks;
+pub mod http_get;
 pub mod machine;
 pub mod node;
 pub mod pleg;

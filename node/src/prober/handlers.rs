@@ -6,21 +6,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::BodyExt as _;
-use k8s_openapi::api::core::v1::{Container, HTTPGetAction, HTTPHeader, Probe};
+use k8s_openapi::api::core::v1::{Container, HTTPGetAction, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use wasmlet_runtime::Runtime;
 
 use super::{Outcome, ProbeResult};
+use crate::http_get::{self, host_port};
 
 /// The User-Agent of the kubelet's HTTP probes (`kube-probe/<major>.<minor>`).
 pub const USER_AGENT: &str = "kube-probe/1.33";
-/// How much of a response body the HTTP probe reads (the kubelet's 10 KiB).
-const MAX_BODY: usize = 10 << 10;
-/// How many requests an HTTP probe sends at most, redirects included (Go's
-/// `len(via) >= 10`).
-const MAX_REDIRECTS: usize = 10;
 
 /// What a probe is run against.
 pub struct Target<'a> {
@@ -91,14 +85,6 @@ pub fn port(port: &IntOrString, c: &Container) -> Result<u16, String> {
         .ok_or_else(|| format!("invalid port number: {n}"))
 }
 
-fn host_port(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
-
 async fn exec_probe(
     runtime: &dyn Runtime,
     container_id: &str,
@@ -149,15 +135,6 @@ async fn tcp_probe(host: &str, port: u16, timeout: Duration) -> Outcome {
     }
 }
 
-/// Aborts a spawned task when dropped, so a probe that times out leaves nothing.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 async fn http_probe(http: &HTTPGetAction, pod_ip: &str, port: u16, timeout: Duration) -> Outcome {
     let scheme = http.scheme.as_deref().unwrap_or("HTTP").to_lowercase();
     let host = http
@@ -170,13 +147,16 @@ async fn http_probe(http: &HTTPGetAction, pod_ip: &str, port: u16, timeout: Dura
         path.insert(0, '/');
     }
     let url = format!("{scheme}://{}{path}", host_port(&host, port));
-    let headers = RequestHeaders::of(http.http_headers.iter().flatten());
-    match tokio::time::timeout(timeout, http_get(&url, &headers)).await {
-        Err(_) => Outcome::failure(format!(
-            "Get \"{url}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
-        )),
-        Ok(Err(e)) => Outcome::failure(e),
-        Ok(Ok((status, body))) => {
+    let headers = http_get::Headers::kubelet(
+        USER_AGENT,
+        http.http_headers
+            .iter()
+            .flatten()
+            .map(|h| (h.name.as_str(), h.value.as_str())),
+    );
+    match http_get::get(&url, &headers, http_get::Options::probe(timeout)).await {
+        Err(e) => Outcome::failure(e.to_string()),
+        Ok(http_get::Response { status, body }) => {
             if (200..300).contains(&status) {
                 Outcome::success(body)
             } else if (300..400).contains(&status) {
@@ -188,328 +168,6 @@ async fn http_probe(http: &HTTPGetAction, pod_ip: &str, port: u16, timeout: Dura
             }
         }
     }
-}
-
-/// The headers of a probe's requests, as the kubelet builds them (`buildHeader`,
-/// `newProbeRequest`) and Go's client sends them.
-#[derive(Debug, Default)]
-struct RequestHeaders {
-    /// The probe's `Host` (its first value), instead of the URL's authority.
-    host: Option<String>,
-    /// Sent once, if not empty.
-    user_agent: String,
-    /// Everything else, in order; repeated names are all sent.
-    other: Vec<(String, String)>,
-}
-
-impl RequestHeaders {
-    fn of<'a>(probe: impl IntoIterator<Item = &'a HTTPHeader>) -> Self {
-        let mut h = RequestHeaders::default();
-        let mut user_agent = None;
-        let mut accept = None;
-        for header in probe {
-            let (name, value) = (header.name.as_str(), header.value.as_str());
-            if name.eq_ignore_ascii_case("host") {
-                h.host.get_or_insert_with(|| value.to_owned());
-                continue;
-            }
-            if name.eq_ignore_ascii_case("user-agent") {
-                user_agent.get_or_insert_with(|| value.to_owned());
-                continue;
-            }
-            if name.eq_ignore_ascii_case("accept") {
-                accept.get_or_insert_with(|| value.to_owned());
-            }
-            h.other.push((name.to_owned(), value.to_owned()));
-        }
-        h.host = h.host.filter(|v| !v.is_empty());
-        // Only if the probe sets none; set but empty, none is sent (as Go's client).
-        h.user_agent = user_agent.unwrap_or_else(|| USER_AGENT.to_owned());
-        match accept.as_deref() {
-            None => h.other.push(("Accept".into(), "*/*".into())),
-            // Set to an empty value: the header is removed.
-            Some("") => h.other.retain(|(k, _)| !k.eq_ignore_ascii_case("accept")),
-            Some(_) => {}
-        }
-        h
-    }
-
-    fn has(&self, name: &str) -> bool {
-        self.other.iter().any(|(k, _)| k.eq_ignore_ascii_case(name))
-    }
-}
-
-/// What a redirected request sends besides the probe's headers.
-struct Hop<'a> {
-    /// The `Host` header: the probe's through relative redirects, else the URL's.
-    host: Option<&'a str>,
-    /// The previous URL (Go's client sets it on redirects).
-    referer: Option<String>,
-}
-
-/// GETs `url` as the kubelet's probe client: follows 301, 302, 303, 307 and 308 on
-/// the same host name (any port or scheme), sending at most 10 requests
-/// (`len(via) >= 10`). Returns the last status and the start of its body; a redirect
-/// that is not followed returns its own response. Errors are Go's `url.Error` text.
-async fn http_get(url: &str, headers: &RequestHeaders) -> Result<(u16, String), String> {
-    let first: hyper::Uri = url.parse().map_err(|e| format!("Get {url:?}: {e}"))?;
-    let origin_host = first.host().unwrap_or("").to_owned();
-    let mut uri = first;
-    let mut hop = Hop {
-        host: headers.host.as_deref(),
-        referer: None,
-    };
-    let mut sent = 0;
-    loop {
-        let (status, location, body) = get_once(&uri, headers, &hop)
-            .await
-            .map_err(|e| format!("Get \"{uri}\": {e}"))?;
-        sent += 1;
-        let Some(location) =
-            location.filter(|l| !l.is_empty() && matches!(status, 301 | 302 | 303 | 307 | 308))
-        else {
-            return Ok((status, body));
-        };
-        let next = resolve(&uri, &location).map_err(|e| {
-            format!("Get \"{uri}\": failed to parse Location header {location:?}: {e}")
-        })?;
-        // The kubelet's RedirectChecker: another host name ends the chain with this
-        // response; then Go's limit.
-        if next.host().unwrap_or("") != origin_host {
-            return Ok((status, body));
-        }
-        if sent >= MAX_REDIRECTS {
-            return Err(format!(
-                "Get {location:?}: stopped after {MAX_REDIRECTS} redirects"
-            ));
-        }
-        // Go keeps a custom Host only through a Location without a scheme (issue 22233)
-        // and sets Referer to the previous URL unless going from https to http.
-        hop.host = headers.host.as_deref().filter(|_| !has_scheme(&location));
-        hop.referer = (!(uri.scheme_str() == Some("https") && next.scheme_str() == Some("http")))
-            .then(|| uri.to_string());
-        uri = next;
-    }
-}
-
-/// Whether a URI reference starts with a scheme (`http:`, `https:`, ...).
-fn has_scheme(reference: &str) -> bool {
-    let Some((scheme, _)) = reference.split_once(':') else {
-        return false;
-    };
-    let mut chars = scheme.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-}
-
-/// Resolves a Location against the request's URL (RFC 3986, section 5.2); the
-/// fragment is dropped, as a client does not send it.
-fn resolve(base: &hyper::Uri, location: &str) -> Result<hyper::Uri, String> {
-    let location = location.split_once('#').map_or(location, |(l, _)| l);
-    if has_scheme(location) {
-        return location.parse().map_err(|e| format!("{e}"));
-    }
-    let scheme = base.scheme_str().unwrap_or("http");
-    if location.starts_with("//") {
-        // Scheme-relative: another authority, the current scheme.
-        return format!("{scheme}:{location}")
-            .parse()
-            .map_err(|e| format!("{e}"));
-    }
-    let (path, query) = match location.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (location, None),
-    };
-    let path = if path.is_empty() {
-        base.path().to_owned()
-    } else if path.starts_with('/') {
-        remove_dot_segments(path)
-    } else {
-        let dir = base.path().rsplit_once('/').map_or("", |(d, _)| d);
-        remove_dot_segments(&format!("{dir}/{path}"))
-    };
-    let query = match query {
-        Some(q) => Some(q),
-        None if location.is_empty() || location.starts_with('?') => base.query(),
-        None => None,
-    };
-    let path_and_query = match query {
-        Some(q) => format!("{path}?{q}"),
-        None => path,
-    };
-    let mut parts = base.clone().into_parts();
-    parts.path_and_query = Some(path_and_query.parse().map_err(|e| format!("{e}"))?);
-    hyper::Uri::from_parts(parts).map_err(|e| format!("{e}"))
-}
-
-/// An absolute path without its `.` and `..` segments.
-fn remove_dot_segments(path: &str) -> String {
-    let segments: Vec<&str> = path.split('/').skip(1).collect();
-    let mut out: Vec<&str> = Vec::new();
-    for (i, segment) in segments.iter().enumerate() {
-        let last = i + 1 == segments.len();
-        match *segment {
-            "." => {}
-            ".." => {
-                out.pop();
-            }
-            s => {
-                out.push(s);
-                continue;
-            }
-        }
-        if last {
-            out.push("");
-        }
-    }
-    format!("/{}", out.join("/"))
-}
-
-type Response = (u16, Option<String>, String);
-
-async fn get_once(
-    uri: &hyper::Uri,
-    headers: &RequestHeaders,
-    hop: &Hop<'_>,
-) -> Result<Response, String> {
-    let https = match uri.scheme_str() {
-        Some("https") => true,
-        Some("http") | None => false,
-        Some(other) => return Err(format!("unsupported protocol scheme {other:?}")),
-    };
-    let host = uri
-        .host()
-        .ok_or("no host")?
-        .trim_matches(['[', ']'])
-        .to_owned();
-    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-        .await
-        .map_err(|e| format!("dial tcp {}: {e}", host_port(&host, port)))?;
-    let authority = uri.authority().map_or("", |a| a.as_str());
-    let mut req = hyper::Request::get(uri.path_and_query().map_or("/", |p| p.as_str()))
-        .header("Host", hop.host.unwrap_or(authority));
-    if !headers.user_agent.is_empty() {
-        req = req.header("User-Agent", headers.user_agent.as_str());
-    }
-    for (k, v) in &headers.other {
-        req = req.header(k.as_str(), v.as_str());
-    }
-    if let Some(referer) = hop.referer.as_deref().filter(|_| !headers.has("referer")) {
-        req = req.header("Referer", referer);
-    }
-    let req = req
-        .header("Connection", "close")
-        .body(http_body_util::Empty::<Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    if https {
-        let tls = tls_connector()
-            .connect(server_name(&host)?, tcp)
-            .await
-            .map_err(|e| format!("tls: {e}"))?;
-        send(hyper_util::rt::TokioIo::new(tls), req).await
-    } else {
-        send(hyper_util::rt::TokioIo::new(tcp), req).await
-    }
-}
-
-async fn send<T>(
-    io: T,
-    req: hyper::Request<http_body_util::Empty<Bytes>>,
-) -> Result<Response, String>
-where
-    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
-        .await
-        .map_err(|e| e.to_string())?;
-    let _conn = AbortOnDrop(tokio::spawn(async move {
-        let _ = conn.await;
-    }));
-    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
-    let status = resp.status().as_u16();
-    let location = resp
-        .headers()
-        .get(hyper::header::LOCATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let mut body = Vec::new();
-    let mut stream = resp.into_body();
-    while body.len() < MAX_BODY {
-        match stream.frame().await {
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    body.extend_from_slice(data);
-                }
-            }
-            _ => break,
-        }
-    }
-    body.truncate(MAX_BODY);
-    Ok((
-        status,
-        location,
-        String::from_utf8_lossy(&body).into_owned(),
-    ))
-}
-
-fn server_name(host: &str) -> Result<rustls::pki_types::ServerName<'static>, String> {
-    rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| format!("tls: {e}"))
-}
-
-/// The kubelet does not verify the certificates of HTTPS probes; neither does this.
-fn tls_connector() -> tokio_rustls::TlsConnector {
-    #[derive(Debug)]
-    struct AnyCertificate(rustls::crypto::CryptoProvider);
-    impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
-        fn verify_server_cert(
-            &self,
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &[rustls::pki_types::CertificateDer<'_>],
-            _: &rustls::pki_types::ServerName<'_>,
-            _: &[u8],
-            _: rustls::pki_types::UnixTime,
-        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-            Ok(rustls::client::danger::ServerCertVerified::assertion())
-        }
-        fn verify_tls12_signature(
-            &self,
-            message: &[u8],
-            cert: &rustls::pki_types::CertificateDer<'_>,
-            dss: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls12_signature(
-                message,
-                cert,
-                dss,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-        fn verify_tls13_signature(
-            &self,
-            message: &[u8],
-            cert: &rustls::pki_types::CertificateDer<'_>,
-            dss: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls13_signature(
-                message,
-                cert,
-                dss,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-            self.0.signature_verification_algorithms.supported_schemes()
-        }
-    }
-    let provider = rustls::crypto::ring::default_provider();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(provider.clone()))
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-        .with_no_client_auth();
-    tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
 async fn grpc_probe(host: &str, port: i32, service: &str, timeout: Duration) -> Outcome {
@@ -601,81 +259,12 @@ impl Outcome {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use k8s_openapi::api::core::v1::{HTTPHeader, TCPSocketAction};
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::net::TcpListener;
 
     use super::*;
-
-    /// A tiny HTTP server: answers each request with `respond(request head)`; `None`
-    /// keeps the connection open without answering. Records the request heads and
-    /// whether each connection was closed by the client.
-    struct Server {
-        port: u16,
-        heads: Arc<Mutex<Vec<String>>>,
-        closed: Arc<Mutex<usize>>,
-    }
-
-    async fn server(respond: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Server {
-        let respond = Arc::new(respond);
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let heads: Arc<Mutex<Vec<String>>> = Arc::default();
-        let closed: Arc<Mutex<usize>> = Arc::default();
-        let (h, c) = (heads.clone(), closed.clone());
-        tokio::spawn(async move {
-            loop {
-                let (mut s, _) = listener.accept().await.unwrap();
-                let (h, c, respond) = (h.clone(), c.clone(), respond.clone());
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 8192];
-                    let mut head = String::new();
-                    while !head.contains("\r\n\r\n") {
-                        match s.read(&mut buf).await {
-                            Ok(0) | Err(_) => {
-                                *c.lock().unwrap() += 1;
-                                return;
-                            }
-                            Ok(n) => head.push_str(&String::from_utf8_lossy(&buf[..n])),
-                        }
-                    }
-                    h.lock().unwrap().push(head.clone());
-                    match respond(&head) {
-                        Some(r) => {
-                            let _ = s.write_all(r.as_bytes()).await;
-                        }
-                        None => {
-                            // Hang until the client goes away.
-                            while let Ok(n) = s.read(&mut buf).await {
-                                if n == 0 {
-                                    break;
-                                }
-                            }
-                            *c.lock().unwrap() += 1;
-                        }
-                    }
-                });
-            }
-        });
-        Server {
-            port,
-            heads,
-            closed,
-        }
-    }
-
-    fn reply(status: &str, extra: &str, body: &str) -> String {
-        format!(
-            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
-            body.len()
-        )
-    }
-
-    fn path_of(head: &str) -> &str {
-        head.split(' ').nth(1).unwrap_or("")
-    }
+    use crate::http_get::MAX_BODY;
+    use crate::http_get::testing::{Server, path_of, reply, server};
 
     fn http(path: &str, port: u16, headers: &[(&str, &str)]) -> HTTPGetAction {
         HTTPGetAction {
@@ -935,20 +524,6 @@ mod tests {
             second.contains(&format!("referer: http://127.0.0.1:{}/here", s.port)),
             "{second}"
         );
-    }
-
-    #[test]
-    fn locations_resolve_against_the_request() {
-        let base: hyper::Uri = "http://h:1/a/b?q=1".parse().unwrap();
-        let r = |l: &str| resolve(&base, l).unwrap().to_string();
-        assert_eq!(r("/x"), "http://h:1/x");
-        assert_eq!(r("c"), "http://h:1/a/c");
-        assert_eq!(r("../c?d=2#f"), "http://h:1/c?d=2");
-        assert_eq!(r("?z"), "http://h:1/a/b?z");
-        assert_eq!(r("//other:2/y"), "http://other:2/y");
-        assert_eq!(r("https://h/z"), "https://h/z");
-        assert_eq!(r("./.."), "http://h:1/");
-        assert!(has_scheme("HTTP://x") && !has_scheme("/a:b") && !has_scheme("//h:1/"));
     }
 
     #[test]
