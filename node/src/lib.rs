@@ -18,6 +18,7 @@ pub mod duration;
 pub mod env;
 pub mod hooks;
 pub mod http_get;
+pub mod kuberuntime;
 pub mod machine;
 pub mod node;
 pub mod pleg;

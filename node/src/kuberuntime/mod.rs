@@ -1,0 +1,11 @@
+//! The kubelet's `pkg/kubelet/kuberuntime`: what a sync of a pod decides
+//! ([`actions`], pure) and the effects [`crate::sync::PodSyncer`] executes, by
+//! concern.
+
+pub mod actions;
+mod adoption;
+mod container_config;
+mod containers;
+mod images;
+mod sandbox;
+pub mod termination;
