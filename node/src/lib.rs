@@ -37,6 +37,10 @@ pub mod runtime_state;
 pub mod server;
 pub mod status;
 pub mod sync;
+#[cfg(test)]
+mod sync_tests;
 pub mod syncloop;
+#[cfg(test)]
+mod syncloop_tests;
 pub mod volumes;
 pub mod workers;

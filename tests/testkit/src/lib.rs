@@ -5,9 +5,11 @@
 //! must pull and import; start at [`images::ensure_example_images`].
 //! [`node`] runs the real `wasmlet` binary for end-to-end tests.
 //! [`apiserver`] is an in-process Kubernetes API server for the node's API client.
+//! [`fake_runtime`] is a recording, scriptable in-memory runtime for unit tests.
 
 pub mod apiserver;
 pub mod containerd;
+pub mod fake_runtime;
 pub mod health;
 pub mod images;
 pub mod node;
