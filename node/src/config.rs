@@ -13,8 +13,7 @@ use std::time::Duration;
 use clap::Args;
 use serde::Deserialize;
 
-use crate::duration;
-use crate::pod::is_dns_subdomain;
+mod sections;
 
 /// The kubelet flags wasmlet shares, plus its own.
 #[derive(Args, Clone, Debug, Default)]
@@ -301,429 +300,27 @@ pub struct ConfigErrors(pub Vec<String>);
 
 impl NodeFlags {
     /// Merges the config file (if any) and the flags into a validated [`NodeConfig`].
+    ///
+    /// Each section is resolved by a function of its own (in `config/sections.rs`); all
+    /// push onto one list, so every bad value is reported at once, in this order.
     pub fn resolve(&self) -> Result<NodeConfig, ConfigErrors> {
         let mut errors = Vec::new();
-        let file = match &self.config {
-            Some(path) => match load_file(path) {
-                Ok(f) => f,
-                Err(e) => {
-                    errors.push(e);
-                    KubeletConfiguration::default()
-                }
-            },
-            None => KubeletConfiguration::default(),
-        };
-        if let Some(v) = &file.api_version
-            && v != "kubelet.config.k8s.io/v1beta1"
-        {
-            errors.push(format!(
-                "apiVersion: {v:?} is not kubelet.config.k8s.io/v1beta1"
-            ));
-        }
-        if let Some(k) = &file.kind
-            && k != "KubeletConfiguration"
-        {
-            errors.push(format!("kind: {k:?} is not KubeletConfiguration"));
-        }
-        for key in file.other.keys() {
-            tracing::info!(
-                "config: ignoring KubeletConfiguration field {key:?}, which wasmlet does not use"
-            );
-        }
-        let mut section = file.wasmlet.unwrap_or_default();
-        let backoff = section.restart_backoff.unwrap_or_default();
-
-        let mut dur =
-            |name: &str, flag: &Option<String>, field: &Option<String>, default: Duration| {
-                match flag.as_ref().or(field.as_ref()) {
-                    None => default,
-                    Some(s) => match duration::parse(s) {
-                        Ok(d) => d,
-                        Err(e) => {
-                            errors.push(format!("{name}: {e}"));
-                            default
-                        }
-                    },
-                }
-            };
-        let file_check_frequency = dur(
-            "fileCheckFrequency",
-            &self.file_check_frequency,
-            &file.file_check_frequency,
-            Duration::from_secs(20),
-        );
-        let sync_frequency = dur(
-            "syncFrequency",
-            &self.sync_frequency,
-            &file.sync_frequency,
-            Duration::from_secs(60),
-        );
-        let backoff_initial = dur(
-            "wasmlet.restartBackoff.initial",
-            &None,
-            &backoff.initial,
-            Duration::from_secs(10),
-        );
-        let backoff_max = dur(
-            "wasmlet.restartBackoff.max",
-            &None,
-            &backoff.max,
-            Duration::from_secs(300),
-        );
-        let housekeeping_interval = dur(
-            "wasmlet.housekeepingInterval",
-            &None,
-            &section.housekeeping_interval,
-            Duration::from_secs(2),
-        );
-        let pleg_relist_period = dur(
-            "wasmlet.plegRelistPeriod",
-            &None,
-            &section.pleg_relist_period,
-            Duration::from_secs(1),
-        );
-
-        let http_check_frequency = dur(
-            "httpCheckFrequency",
-            &self.http_check_frequency,
-            &file.http_check_frequency,
-            Duration::from_secs(20),
-        );
-        let status_update_frequency = dur(
-            "nodeStatusUpdateFrequency",
-            &None,
-            &file.node_status_update_frequency,
-            Duration::from_secs(10),
-        );
-        let status_report_frequency = dur(
-            "nodeStatusReportFrequency",
-            &None,
-            &file.node_status_report_frequency,
-            Duration::from_secs(300),
-        );
-        let request_timeout = dur(
-            "runtimeRequestTimeout",
-            &self.runtime_request_timeout,
-            &file.runtime_request_timeout,
-            Duration::from_secs(120),
-        );
-        let mut port = |name: &str, flag: Option<u16>, field: Option<i64>, default: u16| match flag
-        {
-            Some(p) => p,
-            None => match field {
-                None => default,
-                Some(p) => u16::try_from(p).unwrap_or_else(|_| {
-                    errors.push(format!("{name}: {p} is not a port number (0-65535)"));
-                    default
-                }),
-            },
-        };
-        let read_only_port = port("readOnlyPort", self.read_only_port, file.read_only_port, 0);
-        let kubelet_port = port("port", self.port, file.port, 10250);
-        let healthz_port = port("healthzPort", self.healthz_port, file.healthz_port, 10248);
-
-        let mut ip = |name: &str, flag: Option<IpAddr>, field: &Option<String>, default: &str| {
-            flag.unwrap_or_else(|| {
-                let s = field.as_deref().unwrap_or(default);
-                s.parse().unwrap_or_else(|_| {
-                    errors.push(format!("{name}: {s:?} is not an IP address"));
-                    default.parse().expect("default IPs parse")
-                })
-            })
-        };
-        let address = ip("address", self.address, &file.address, "0.0.0.0");
-        let healthz_bind_address = ip(
-            "healthzBindAddress",
-            self.healthz_bind_address,
-            &file.healthz_bind_address,
-            "127.0.0.1",
-        );
-
-        let max_pods = match file.max_pods {
-            None => 110,
-            Some(n) if n > 0 && n <= u32::MAX as i64 => n as u32,
-            Some(n) => {
-                errors.push(format!("maxPods: {n} must be positive"));
-                110
-            }
-        };
-        for (name, d) in [
-            ("httpCheckFrequency", http_check_frequency),
-            ("nodeStatusUpdateFrequency", status_update_frequency),
-            ("fileCheckFrequency", file_check_frequency),
-            ("syncFrequency", sync_frequency),
-            ("wasmlet.housekeepingInterval", housekeeping_interval),
-            ("wasmlet.plegRelistPeriod", pleg_relist_period),
-            ("wasmlet.restartBackoff.initial", backoff_initial),
-        ] {
-            if d.is_zero() {
-                errors.push(format!("{name}: must be greater than zero"));
-            }
-        }
-        if backoff_max < backoff_initial {
-            errors.push(format!(
-                "wasmlet.restartBackoff.max ({}) is less than initial ({})",
-                duration::format(backoff_max),
-                duration::format(backoff_initial)
-            ));
-        }
-
-        let mut cluster_dns = Vec::new();
-        for server in file.cluster_dns.iter().flatten() {
-            match server.parse::<IpAddr>() {
-                Ok(_) => cluster_dns.push(server.clone()),
-                Err(_) => errors.push(format!("clusterDNS: {server:?} is not an IP address")),
-            }
-        }
-        let dns = crate::podspec::ClusterDns {
-            servers: cluster_dns,
-            domain: file
-                .cluster_domain
-                .clone()
-                .unwrap_or_default()
-                .trim_end_matches('.')
-                .to_owned(),
-            // The kubelet's default; an empty string means no host configuration.
-            resolv_conf: match file.resolv_conf.as_deref() {
-                None => Some(crate::podspec::default_resolv_conf().to_owned()),
-                Some("") => None,
-                Some(path) => Some(PathBuf::from(path)),
-            },
-        };
-
-        let mut reserved = |what: &str, map: &Option<BTreeMap<String, String>>| {
-            let mut out = BTreeMap::new();
-            for (name, value) in map.iter().flatten() {
-                let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(value.clone());
-                match crate::quantity::parse(&q) {
-                    Ok(v) if v >= 0.0 => {
-                        out.insert(name.clone(), q);
-                    }
-                    _ => errors.push(format!("{what}.{name}: {value:?} is not a quantity")),
-                }
-            }
-            out
-        };
-        let kube_reserved = reserved("kubeReserved", &file.kube_reserved);
-        let system_reserved = reserved("systemReserved", &file.system_reserved);
-        let eviction_hard = match &file.eviction_hard {
-            // Setting evictionHard replaces the defaults, as in the kubelet.
-            Some(map) => crate::allocatable::parse_eviction_hard(map).unwrap_or_else(|e| {
-                errors.extend(e);
-                Default::default()
-            }),
-            None => crate::allocatable::default_eviction_hard(),
-        };
-        let reservations = crate::allocatable::Reservations {
-            kube_reserved,
-            system_reserved,
-            eviction_hard,
-        };
-
-        let cgroups = if self
-            .cgroups_per_qos
-            .or(file.cgroups_per_qos)
-            .unwrap_or(true)
-        {
-            let driver_name = self
-                .cgroup_driver
-                .clone()
-                .or(file.cgroup_driver.clone())
-                .unwrap_or_else(|| "cgroupfs".into());
-            let driver = driver_name.parse().unwrap_or_else(|_| {
-                errors.push(format!(
-                    "cgroupDriver: {driver_name:?} is neither cgroupfs nor systemd"
-                ));
-                crate::cm::cgroup::Driver::Cgroupfs
-            });
-            let root = self
-                .cgroup_root
-                .clone()
-                .or(file.cgroup_root.clone())
-                .filter(|r| !r.is_empty())
-                .unwrap_or_else(|| "/".into());
-            if !root.starts_with('/') {
-                errors.push(format!(
-                    "cgroupRoot: {root:?} is not an absolute cgroup path"
-                ));
-            }
-            let period = match file.cpu_cfs_quota_period.as_deref().map(duration::parse) {
-                None => Duration::from_millis(100),
-                Some(Ok(d)) if d >= Duration::from_millis(1) && d <= Duration::from_secs(1) => d,
-                Some(_) => {
-                    errors.push("cpuCFSQuotaPeriod: must be between 1ms and 1s".into());
-                    Duration::from_millis(100)
-                }
-            };
-            let enforce = file
-                .enforce_node_allocatable
-                .clone()
-                .unwrap_or_else(|| vec!["pods".into()]);
-            for e in &enforce {
-                if !matches!(
-                    e.as_str(),
-                    "pods" | "none" | "system-reserved" | "kube-reserved"
-                ) {
-                    errors.push(format!("enforceNodeAllocatable: {e:?} is not pods, system-reserved, kube-reserved or none"));
-                }
-            }
-            Some(CgroupSettings {
-                driver,
-                root,
-                cpu_cfs_quota: file.cpu_cfs_quota.unwrap_or(true),
-                cpu_cfs_quota_period: period,
-                pod_pids_limit: file.pod_pids_limit.filter(|n| *n > 0),
-                enforce_node_allocatable: enforce,
-            })
-        } else {
-            None
-        };
-
-        let node_name = match &self.hostname_override {
-            Some(n) => n.trim().to_lowercase(),
-            None => hostname().to_lowercase(),
-        };
-        if node_name.is_empty() || !is_dns_subdomain(&node_name) {
-            errors.push(format!(
-                "node name {node_name:?} is not a valid DNS subdomain (use --hostname-override)"
-            ));
-        }
-
-        let cri = self
-            .container_runtime_endpoint
-            .clone()
-            .or(file.container_runtime_endpoint)
-            .filter(|e| !e.trim().is_empty())
-            .map(|runtime_endpoint| CriSettings {
-                runtime_endpoint,
-                image_endpoint: self
-                    .image_service_endpoint
-                    .clone()
-                    .or(file.image_service_endpoint)
-                    .filter(|e| !e.trim().is_empty()),
-                request_timeout,
-            });
-        let plugins = std::mem::take(&mut section.plugins);
-        for e in wasmlet_plugin_host::validate_plugins(
-            &plugins,
-            wasmlet_plugin_host::HostOptions::default().max_memory_bytes,
-        ) {
-            errors.push(format!("wasmlet.plugins: {e}"));
-        }
-        let mut runtime_handlers = section.runtime_handlers.unwrap_or_default();
-        runtime_handlers
-            .entry(wasmlet_runtime_wasm::HANDLER.to_owned())
-            .or_insert_with(|| wasmlet_runtime_wasm::HANDLER.to_owned());
-        for (class, handler) in &runtime_handlers {
-            if handler != wasmlet_runtime_wasm::HANDLER && cri.is_none() {
-                errors.push(format!(
-                    "wasmlet.runtimeHandlers.{class}: handler {handler:?} needs a CRI runtime, which this node does not have configured"
-                ));
-            }
-        }
-
-        let cluster = self.kubeconfig.clone().map(|kubeconfig| {
-            let mut node_labels = BTreeMap::new();
-            for label in &self.node_labels {
-                match label.split_once('=') {
-                    Some((k, _)) if !node_label_allowed(k.trim()) => errors.push(format!(
-                        "--node-labels: {k:?} is in a kubernetes.io or k8s.io namespace a node may not set on itself (NodeRestriction); allowed there: kubelet.kubernetes.io/*, node.kubernetes.io/* and the kubelet's own labels"
-                    )),
-                    Some((k, v)) if !k.trim().is_empty() => {
-                        node_labels.insert(k.trim().to_owned(), v.trim().to_owned());
-                    }
-                    _ => errors.push(format!("--node-labels: {label:?} is not key=value")),
-                }
-            }
-            let mut taints = file.register_with_taints.clone().unwrap_or_default();
-            for t in &self.register_with_taints {
-                match parse_taint(t) {
-                    Ok(t) => taints.push(t),
-                    Err(e) => errors.push(format!("--register-with-taints: {e}")),
-                }
-            }
-            let mut families = std::collections::HashSet::new();
-            for ip in &self.node_ip {
-                if !families.insert(ip.is_ipv4()) {
-                    errors.push(format!(
-                        "--node-ip: at most one address per family ({ip} is a second one)"
-                    ));
-                }
-            }
-            let lease_duration_seconds = match file.node_lease_duration_seconds {
-                None => 40,
-                Some(n) if n > 0 && n <= i32::MAX as i64 => n as i32,
-                Some(n) => {
-                    errors.push(format!("nodeLeaseDurationSeconds: {n} must be positive"));
-                    40
-                }
-            };
-            ClusterSettings {
-                kubeconfig,
-                register_node: self.register_node.or(file.register_node).unwrap_or(true),
-                node_labels,
-                taints,
-                node_ips: self.node_ip.clone(),
-                status_update_frequency,
-                status_report_frequency,
-                lease_duration_seconds,
-            }
-        });
-        if let Some(c) = &cluster
-            && c.status_report_frequency < c.status_update_frequency
-        {
-            errors.push(format!(
-                "nodeStatusReportFrequency ({}) is less than nodeStatusUpdateFrequency ({})",
-                duration::format(c.status_report_frequency),
-                duration::format(c.status_update_frequency)
-            ));
-        }
-        let manifest_url = self
-            .manifest_url
-            .clone()
-            .or(file.static_pod_url.clone())
-            .filter(|u| !u.trim().is_empty())
-            .map(|url| {
-                let mut headers = Vec::new();
-                for (k, values) in file.static_pod_url_header.iter().flatten() {
-                    for v in values {
-                        headers.push((k.clone(), v.clone()));
-                    }
-                }
-                for h in &self.manifest_url_header {
-                    match h.split_once(':') {
-                        Some((k, v)) if !k.trim().is_empty() => {
-                            headers.push((k.trim().to_owned(), v.trim().to_owned()))
-                        }
-                        _ => errors.push(format!("--manifest-url-header: {h:?} is not key:value")),
-                    }
-                }
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    errors.push(format!("manifest URL {url:?} is not an http(s) URL"));
-                }
-                ManifestUrl {
-                    url,
-                    headers,
-                    check_frequency: http_check_frequency,
-                }
-            });
-
-        let sandbox_program = match &self.sandbox_program {
-            Some(p) => p.clone(),
-            None => match std::env::current_exe() {
-                Ok(p) => p,
-                Err(e) => {
-                    errors.push(format!("cannot find the wasmlet binary for sandboxes: {e}"));
-                    PathBuf::new()
-                }
-            },
-        };
-        let sandbox_args = if self.sandbox_program.is_some() {
-            Vec::new()
-        } else {
-            vec!["sandbox".to_owned()]
-        };
-
+        let mut file = sections::read_file(self.config.as_deref(), &mut errors);
+        let section = file.wasmlet.take().unwrap_or_default();
+        let timing = self.timing(&file, &section, &mut errors);
+        let servers = self.servers(&file, &mut errors);
+        let max_pods = sections::max_pods(&file, &mut errors);
+        timing.check(&mut errors);
+        let dns = sections::cluster_dns(&file, &mut errors);
+        let reservations = sections::reservations(&file, &mut errors);
+        let cgroups = self.cgroups(&file, &mut errors);
+        let node_name = self.node_name(&mut errors);
+        let cri = self.cri(&file, timing.runtime_request_timeout);
+        let (plugins, runtime_handlers) =
+            sections::wasmlet_section(section, cri.is_some(), &mut errors);
+        let cluster = self.cluster(&file, &timing, &mut errors);
+        let manifest_url = self.manifest_url(&file, timing.http_check_frequency, &mut errors);
+        let sandbox = self.sandbox(&mut errors);
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
@@ -739,18 +336,18 @@ impl NodeFlags {
                 .or(file.pod_logs_dir)
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_POD_LOGS_DIR)),
             static_pod_path: self.pod_manifest_path.clone().or(file.static_pod_path),
-            file_check_frequency,
-            sync_frequency,
-            address,
-            read_only_port,
-            port: kubelet_port,
-            healthz_bind_address,
-            healthz_port,
+            file_check_frequency: timing.file_check_frequency,
+            sync_frequency: timing.sync_frequency,
+            address: servers.address,
+            read_only_port: servers.read_only_port,
+            port: servers.port,
+            healthz_bind_address: servers.healthz_bind_address,
+            healthz_port: servers.healthz_port,
             max_pods,
-            backoff_initial,
-            backoff_max,
-            housekeeping_interval,
-            pleg_relist_period,
+            backoff_initial: timing.backoff_initial,
+            backoff_max: timing.backoff_max,
+            housekeeping_interval: timing.housekeeping_interval,
+            pleg_relist_period: timing.pleg_relist_period,
             pleg_unhealthy_after: Duration::from_secs(180),
             runtime_handlers,
             cri,
@@ -758,8 +355,8 @@ impl NodeFlags {
             reservations,
             cluster,
             manifest_url,
-            sandbox_program,
-            sandbox_args,
+            sandbox_program: sandbox.program,
+            sandbox_args: sandbox.args,
             cgroups,
             plugins,
         })
@@ -959,6 +556,53 @@ mod tests {
             assert!(text.contains(want), "missing {want:?} in:\n{text}");
         }
         assert_eq!(errors.len(), 9, "{text}");
+    }
+
+    #[test]
+    fn errors_come_in_the_order_of_the_sections() {
+        let (_dir, mut flags) = flags_with_file(
+            "kind: Pod\n\
+             fileCheckFrequency: often\n\
+             syncFrequency: 0s\n\
+             readOnlyPort: 70000\n\
+             address: not-an-ip\n\
+             maxPods: 0\n\
+             clusterDNS: [kube-dns]\n\
+             systemReserved: {memory: much}\n\
+             cgroupDriver: upstart\n\
+             nodeStatusUpdateFrequency: 1m\n\
+             nodeStatusReportFrequency: 30s\n\
+             staticPodURL: ftp://example.com/pods\n\
+             wasmlet:\n  runtimeHandlers: {gvisor: runsc}\n",
+        );
+        flags.hostname_override = Some("not_a_name".into());
+        flags.kubeconfig = Some("/k".into());
+        flags.node_labels = vec!["no-value".into()];
+        let errors = flags.resolve().unwrap_err().0;
+        let starts: Vec<&str> = errors
+            .iter()
+            .map(|e| e.split([':', ' ']).next().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            starts,
+            [
+                "kind",
+                "fileCheckFrequency",
+                "readOnlyPort",
+                "address",
+                "maxPods",
+                "syncFrequency",
+                "clusterDNS",
+                "systemReserved.memory",
+                "cgroupDriver",
+                "node",
+                "wasmlet.runtimeHandlers.gvisor",
+                "--node-labels",
+                "nodeStatusReportFrequency",
+                "manifest",
+            ],
+            "{errors:#?}"
+        );
     }
 
     #[test]

@@ -1,12 +1,30 @@
-//! Wiring: builds the node's parts from a [`NodeConfig`] and runs them until cancelled.
+//! Wiring: a [`Node`] is built from a [`NodeConfig`] ([`Node::build`]), run until
+//! cancelled ([`Node::run`]), then drained.
+//!
+//! Building goes in phases, one function each, in this order: the root directory's
+//! lock, the machine's facts, the node's cgroups, the runtimes and their router, the
+//! API clients (with a kubeconfig), the managers (events, plugins, statuses, probes,
+//! the pod syncer, health), the servers and the pod sources. Nothing runs yet.
+//!
+//! Running (`node/run.rs`) starts every task on one tracker (`node/tasks.rs`), binds
+//! the servers and turns the sync loop until cancelled. Then the tracker is closed and
+//! the node waits, up to [`DRAIN_DEADLINE`], for its tasks and its pod workers to
+//! finish what they are in (a status write, a sync) while it stops its Wasm sandboxes;
+//! what did not finish is named in the log.
+
+mod cluster;
+mod plugin_host;
+mod run;
+mod tasks;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -14,16 +32,578 @@ use wasmlet_runtime::Runtime;
 use wasmlet_runtime_cri::{CriConfig, CriRuntime};
 use wasmlet_runtime_wasm::{ImageStore, SandboxCommand, WasmRuntime, WasmRuntimeConfig};
 
-use crate::cluster::events::EventRecorder;
+use crate::cluster::events::{EventRecorder, Record};
 use crate::config::NodeConfig;
-use crate::pleg::{self, RelistHealth};
+use crate::machine::MachineInfo;
+use crate::pleg::RelistHealth;
+use crate::podconfig::SourceSnapshot;
 use crate::podconfig::file::FileSource;
+use crate::podconfig::http::HttpSource;
 use crate::router::RuntimeRouter;
 use crate::runtime_state::RuntimeState;
 use crate::server::{self, Check, ServerState};
 use crate::status::StatusStore;
 use crate::sync::PodSyncer;
-use crate::syncloop::{LoopHealth, LoopTiming, SyncLoop};
+use crate::syncloop::LoopHealth;
+
+/// How long shutdown waits for the node's tasks and pod workers to finish.
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long shutdown waits for the Wasm sandboxes to stop.
+const SANDBOX_STOP_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long shutdown waits for the stopped pods' cgroups to be removed.
+const CGROUP_REMOVAL_DEADLINE: Duration = Duration::from_secs(15);
+
+/// Resource name to quantity, as in a Node's capacity.
+type ResourceList = BTreeMap<String, Quantity>;
+
+/// Builds the node and runs it until `cancel` fires, then drains it and stops its Wasm
+/// sandboxes.
+pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Result<()> {
+    Node::build(config).await?.run(cancel).await
+}
+
+/// A node built from its configuration: every part made, no task started.
+pub struct Node {
+    config: NodeConfig,
+    /// Held while the node runs: one node per root directory.
+    lock: std::fs::File,
+    runtimes: Runtimes,
+    managers: Managers,
+    servers: Vec<Server>,
+    sources: PodSources,
+}
+
+/// What the node knows of its machine.
+struct MachineFacts {
+    /// `None` when the machine could not be read.
+    info: Option<MachineInfo>,
+    /// Capacity and allocatable, when they could be computed.
+    resources: Option<(ResourceList, ResourceList)>,
+    /// `--node-ip`, else the default route's (`status.hostIP`, the Node's InternalIP).
+    ips: Vec<IpAddr>,
+}
+
+/// The container runtimes and the router that picks one per pod.
+struct Runtimes {
+    wasm: WasmRuntime,
+    router: RuntimeRouter,
+}
+
+/// Clients of the API server.
+struct ApiClients {
+    /// For requests, which have a deadline.
+    client: kube::Client,
+    /// For watches, which idle for minutes.
+    watch: kube::Client,
+}
+
+/// The parts that keep the node's pods, shared by its tasks.
+struct Managers {
+    container_manager: Option<Arc<crate::cm::ContainerManager>>,
+    events: EventRecorder,
+    /// The recorded events, for the writer that runs with a cluster.
+    events_rx: Option<mpsc::Receiver<Record>>,
+    plugins: Option<wasmlet_plugin_host::PluginHost>,
+    statuses: StatusStore,
+    probes: crate::prober::ProbeManager,
+    /// UIDs of pods whose probe results changed.
+    probe_rx: mpsc::UnboundedReceiver<String>,
+    syncer: Arc<PodSyncer>,
+    services: crate::cluster::ServiceCache,
+    static_pods: crate::cluster::mirror::StaticPods,
+    /// What admission checks pods against; `None` admits every pod.
+    admission: Option<crate::admission::NodeInfo>,
+    loop_health: LoopHealth,
+    relist_health: RelistHealth,
+    runtime_state: RuntimeState,
+}
+
+/// An HTTP server, bound when the node runs.
+struct Server {
+    name: &'static str,
+    addr: SocketAddr,
+    router: axum::Router,
+    /// What the log says once it is bound.
+    serving: &'static str,
+}
+
+/// Where the node's pods come from, ready to start.
+struct PodSources {
+    /// The sources' names: housekeeping waits for a first snapshot of each.
+    names: Vec<String>,
+    tx: mpsc::Sender<SourceSnapshot>,
+    rx: mpsc::Receiver<SourceSnapshot>,
+    file: Option<(std::path::PathBuf, FileSource)>,
+    http: Option<(String, HttpSource)>,
+    cluster: Option<cluster::Membership>,
+}
+
+impl Node {
+    /// Builds every part of the node, phase by phase; starts no task. Fails when the
+    /// root directory is another node's, a runtime or the cgroups cannot be set up,
+    /// or the kubeconfig cannot be read.
+    pub async fn build(config: NodeConfig) -> anyhow::Result<Node> {
+        let started = Instant::now();
+        let lock = lock_root_dir(&config)?;
+        let machine = machine_facts(&config);
+        lower_oom_score();
+        let container_manager = container_manager(&config, &machine)?;
+        let runtimes = runtimes(&config).await?;
+        let api = api_clients(&config).await?;
+        let managers = managers(
+            &config,
+            &machine,
+            &runtimes,
+            api.as_ref(),
+            container_manager,
+        )
+        .await;
+        let servers = servers(&config, &managers, started);
+        let sources = pod_sources(&config, &machine, &runtimes, &managers, api, started).await;
+        Ok(Node {
+            config,
+            lock,
+            runtimes,
+            managers,
+            servers,
+            sources,
+        })
+    }
+}
+
+/// The root directory and the pod logs directory, created, and the root's lock file,
+/// held: one node per root directory, as two would adopt each other's sandboxes.
+fn lock_root_dir(config: &NodeConfig) -> anyhow::Result<std::fs::File> {
+    for dir in [&config.root_dir, &config.pod_logs_dir] {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let lock_path = config.root_dir.join("wasmlet.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("opening {}", lock_path.display()))?;
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another wasmlet is running with root directory {} (it holds {})",
+            config.root_dir.display(),
+            lock_path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("locking {}", lock_path.display()))
+        }
+    }
+}
+
+/// The machine's facts: its hardware and OS, its capacity and allocatable resources
+/// (after `kubeReserved`, `systemReserved` and `evictionHard`), and the node's IPs.
+/// What cannot be read is a warning and left out.
+fn machine_facts(config: &NodeConfig) -> MachineFacts {
+    let mut info = None;
+    let mut resources = None;
+    match MachineInfo::read(&crate::machine::HostPaths::default()) {
+        Ok(m) => {
+            tracing::info!(
+                cpus = m.cpus,
+                memory_mib = m.memory_bytes >> 20,
+                kernel = %m.kernel_version,
+                os = %m.os_image,
+                arch = %m.architecture,
+                "machine"
+            );
+            let fs = crate::machine::fs_stats(&config.root_dir).ok();
+            let capacity = crate::allocatable::Resources::capacity(&m, fs, config.max_pods);
+            match capacity.allocatable(&config.reservations) {
+                Ok(a) => {
+                    tracing::info!(
+                        capacity = ?capacity.to_list().iter().map(|(k, v)| format!("{k}={}", v.0)).collect::<Vec<_>>(),
+                        allocatable = ?a.to_list().iter().map(|(k, v)| format!("{k}={}", v.0)).collect::<Vec<_>>(),
+                        "node resources"
+                    );
+                    resources = Some((capacity.to_list(), a.to_list()));
+                }
+                Err(e) => tracing::warn!("cannot compute allocatable resources: {e}"),
+            }
+            info = Some(m);
+        }
+        Err(e) => tracing::warn!("cannot read the machine's resources: {e}"),
+    }
+    let ips = match config.cluster.as_ref().map(|c| &c.node_ips) {
+        Some(ips) if !ips.is_empty() => ips.clone(),
+        _ => crate::cluster::registration::detect_node_ip(&config.node_name)
+            .into_iter()
+            .collect(),
+    };
+    MachineFacts {
+        info,
+        resources,
+        ips,
+    }
+}
+
+/// The kubelet's own `--oom-score-adj` (-999): the node is the last thing the OOM
+/// killer should pick. Without CAP_SYS_RESOURCE the kernel refuses; that is fine.
+fn lower_oom_score() {
+    if std::fs::write("/proc/self/oom_score_adj", "-999").is_err() {
+        tracing::debug!("cannot lower the node's oom_score_adj (no CAP_SYS_RESOURCE)");
+    }
+}
+
+/// The container manager and the node's QoS cgroups, created, with `cgroupsPerQOS`;
+/// `None` without it.
+fn container_manager(
+    config: &NodeConfig,
+    machine: &MachineFacts,
+) -> anyhow::Result<Option<Arc<crate::cm::ContainerManager>>> {
+    if let Some(settings) = &config.cgroups
+        && settings.driver == crate::cm::cgroup::Driver::Systemd
+        && std::path::Path::new("/run/systemd/system").exists()
+    {
+        tracing::warn!(
+            "cgroupDriver systemd: the node names its cgroups as systemd slices but writes them itself; systemd may reset their limits when it manages the slices (docs/decisions.md)"
+        );
+    }
+    match (&config.cgroups, &machine.info) {
+        (Some(settings), Some(m)) => {
+            let cm =
+                crate::cm::ContainerManager::new(cgroup_config(settings, m, &config.reservations))
+                    .context("cgroups")?;
+            cm.start()
+                .with_context(|| format!("creating the node's cgroups under {}", settings.root))?;
+            tracing::info!(root = %settings.root, driver = %settings.driver, "pod cgroups enforced");
+            Ok(Some(Arc::new(cm)))
+        }
+        (Some(_), None) => {
+            anyhow::bail!("cgroupsPerQOS needs the machine's resources, which could not be read")
+        }
+        (None, _) => Ok(None),
+    }
+}
+
+/// The runtimes and the router between them: the Wasm runtime always, and the CRI
+/// runtime when one is configured, which then takes the default handler and every
+/// RuntimeClass handler other than wasmtime.
+async fn runtimes(config: &NodeConfig) -> anyhow::Result<Runtimes> {
+    let wasm = wasm_runtime(config).await?;
+    let wasm_dyn: Arc<dyn Runtime> = Arc::new(wasm.clone());
+    let mut handlers = BTreeMap::from([(wasmlet_runtime_wasm::HANDLER.to_owned(), wasm_dyn)]);
+    let mut default_handler = wasmlet_runtime_wasm::HANDLER.to_owned();
+    if let Some(cri) = &config.cri {
+        let cri_dyn = cri_runtime(cri).await?;
+        // The CRI runtime is told the handler per sandbox.
+        handlers.insert(String::new(), cri_dyn.clone());
+        for handler in config.runtime_handlers.values() {
+            if handler != wasmlet_runtime_wasm::HANDLER {
+                handlers.insert(handler.clone(), cri_dyn.clone());
+            }
+        }
+        default_handler = String::new();
+    }
+    let router = RuntimeRouter::new(config.runtime_handlers.clone(), handlers, default_handler)
+        .with_wasm_images(wasm.images().clone());
+    Ok(Runtimes { wasm, router })
+}
+
+/// The Wasm runtime, with the drop directory's images imported and the sandboxes an
+/// earlier run left running adopted.
+async fn wasm_runtime(config: &NodeConfig) -> anyhow::Result<WasmRuntime> {
+    let wasm = WasmRuntime::new(WasmRuntimeConfig {
+        image_dir: config.image_store_dir(),
+        compile_cache_dir: config.compile_cache_dir(),
+        state_dir: config.wasm_state_dir(),
+        sandbox: SandboxCommand {
+            program: config.sandbox_program.clone(),
+            args: config.sandbox_args.clone(),
+        },
+        cgroup_mount_root: std::path::PathBuf::from(
+            wasmlet_runtime_wasm::cgroup::DEFAULT_MOUNT_ROOT,
+        ),
+    })
+    .context("starting the Wasm runtime")?;
+    import_drop_dir(wasm.images(), &config.image_drop_dir());
+    // Sandboxes left running by an earlier run of the node (it crashed or was killed)
+    // are adopted with their containers; the pod workers find them by their labels.
+    let adopted = wasm.restore().await;
+    if adopted > 0 {
+        tracing::info!(sandboxes = adopted, "adopted running Wasm sandboxes");
+    }
+    Ok(wasm)
+}
+
+/// The CRI runtime at its endpoint. One that does not answer yet is an error in the
+/// log, not the node's end: the node keeps running its Wasm pods, container pods wait.
+async fn cri_runtime(cri: &crate::config::CriSettings) -> anyhow::Result<Arc<dyn Runtime>> {
+    let runtime = CriRuntime::connect(CriConfig {
+        runtime_endpoint: cri.runtime_endpoint.clone(),
+        image_endpoint: cri.image_endpoint.clone(),
+        request_timeout: cri.request_timeout,
+        handler: String::new(),
+    })
+    .with_context(|| format!("container runtime endpoint {}", cri.runtime_endpoint))?;
+    match runtime.version().await {
+        Ok(v) => {
+            tracing::info!(endpoint = %cri.runtime_endpoint, runtime = %v.runtime_name, version = %v.runtime_version, "connected to the CRI runtime")
+        }
+        Err(e) => {
+            tracing::error!(endpoint = %cri.runtime_endpoint, "CRI runtime not usable yet: {e}")
+        }
+    }
+    Ok(Arc::new(runtime))
+}
+
+/// The API server's clients, when the node has a kubeconfig.
+async fn api_clients(config: &NodeConfig) -> anyhow::Result<Option<ApiClients>> {
+    let Some(cluster) = &config.cluster else {
+        return Ok(None);
+    };
+    let kubeconfig = &cluster.kubeconfig;
+    Ok(Some(ApiClients {
+        client: crate::cluster::client_from_kubeconfig(
+            kubeconfig,
+            Some(crate::cluster::REQUEST_TIMEOUT),
+        )
+        .await?,
+        watch: crate::cluster::client_from_kubeconfig(kubeconfig, None).await?,
+    }))
+}
+
+/// The managers: the event recorder (writing to the API in a cluster), the plugins,
+/// the status store, the prober, the pod syncer over them, admission's view of the
+/// node and the health the servers report.
+async fn managers(
+    config: &NodeConfig,
+    machine: &MachineFacts,
+    runtimes: &Runtimes,
+    api: Option<&ApiClients>,
+    container_manager: Option<Arc<crate::cm::ContainerManager>>,
+) -> Managers {
+    let (events, events_rx) = if config.cluster.is_some() {
+        let (r, rx) = EventRecorder::channel();
+        (r, Some(rx))
+    } else {
+        (EventRecorder::default(), None)
+    };
+    let plugins = plugin_host::load_plugins(config, runtimes.wasm.images(), &events).await;
+    let statuses = StatusStore::default();
+    let (probe_tx, probe_rx) = mpsc::unbounded_channel();
+    let probes = crate::prober::ProbeManager::new(
+        statuses.clone(),
+        Some(runtimes.router.clone()),
+        Arc::new(match &plugins {
+            Some(host) => crate::prober::RealRunner::with_plugins(host.clone()),
+            None => crate::prober::RealRunner::default(),
+        }),
+        events.clone(),
+        probe_tx,
+    );
+    let services = crate::cluster::ServiceCache::default();
+    let mut syncer = pod_syncer(config, machine, &runtimes.router, &events, &probes);
+    if let Some(api) = api {
+        syncer = syncer.with_objects(Arc::new(crate::cluster::ApiObjects {
+            client: api.client.clone(),
+            services: services.clone(),
+        }));
+    }
+    if let Some(cm) = &container_manager {
+        syncer = syncer.with_cgroups(cm.clone());
+    }
+    Managers {
+        container_manager,
+        events,
+        events_rx,
+        plugins,
+        statuses,
+        probes,
+        probe_rx,
+        syncer: Arc::new(syncer),
+        services,
+        static_pods: crate::cluster::mirror::StaticPods::default(),
+        admission: admission_node(config, machine),
+        loop_health: LoopHealth::default(),
+        relist_health: RelistHealth::default(),
+        runtime_state: RuntimeState::new(&runtimes.router),
+    }
+}
+
+/// The pod syncer: back-off, DNS, events, pod directories, probes, the node's IPs and
+/// allocatable for the downward API, and the kubelet's oom_score_adj when the machine's
+/// memory is known.
+fn pod_syncer(
+    config: &NodeConfig,
+    machine: &MachineFacts,
+    router: &RuntimeRouter,
+    events: &EventRecorder,
+    probes: &crate::prober::ProbeManager,
+) -> PodSyncer {
+    let mut syncer = PodSyncer::new(
+        router.clone(),
+        config.backoff_initial,
+        config.backoff_max,
+        config.pod_logs_dir.clone(),
+    )
+    .with_dns(config.dns.clone())
+    .with_events(events.clone())
+    .with_pods_dir(config.root_dir.join("pods"))
+    .with_probes(probes.clone())
+    .with_node(
+        machine.ips.iter().map(|ip| ip.to_string()).collect(),
+        machine
+            .resources
+            .clone()
+            .map(|(_, a)| a)
+            .unwrap_or_default(),
+    );
+    if let Some(m) = &machine.info {
+        match crate::cm::OomScores::new(m.memory_bytes) {
+            Ok(scores) => syncer = syncer.with_oom_scores(scores),
+            Err(e) => {
+                tracing::warn!("containers get no oom_score_adj: reading this process's own: {e}")
+            }
+        }
+    }
+    syncer
+}
+
+/// What admission checks pods against: the labels the node registers with, its
+/// allocatable resources and its taints. Without known resources, nothing is checked
+/// (rather than every pod refused).
+fn admission_node(
+    config: &NodeConfig,
+    machine: &MachineFacts,
+) -> Option<crate::admission::NodeInfo> {
+    let (_, allocatable) = machine.resources.as_ref()?;
+    let arch = machine
+        .info
+        .as_ref()
+        .map(|m| m.architecture.clone())
+        .unwrap_or_else(|| crate::machine::go_arch(std::env::consts::ARCH).to_owned());
+    let labels = crate::cluster::registration::kubelet_labels(
+        &config.node_name,
+        &arch,
+        &config
+            .cluster
+            .as_ref()
+            .map(|c| c.node_labels.clone())
+            .unwrap_or_default(),
+    );
+    Some(crate::admission::NodeInfo {
+        name: config.node_name.clone(),
+        allocatable: allocatable.clone(),
+        labels,
+        taints: config
+            .cluster
+            .as_ref()
+            .map(|c| c.taints.clone())
+            .unwrap_or_default(),
+        os: "linux".into(),
+        arch,
+    })
+}
+
+/// The servers the configuration enables: the read-only port (`/pods`, metrics,
+/// health) and the healthz port. Both answer liveness (the sync loop turns, the PLEG
+/// relists) and readiness (the runtimes answer).
+fn servers(config: &NodeConfig, managers: &Managers, started: Instant) -> Vec<Server> {
+    let loop_threshold = (config.sync_frequency * 2).max(Duration::from_secs(300));
+    let pleg_threshold = config.pleg_unhealthy_after;
+    let checks: Vec<(&'static str, Check)> = vec![
+        ("syncloop", {
+            let h = managers.loop_health.clone();
+            Arc::new(move || h.check(loop_threshold))
+        }),
+        ("pleg", {
+            let h = managers.relist_health.clone();
+            Arc::new(move || h.check(started, pleg_threshold))
+        }),
+    ];
+    let ready_checks: Vec<(&'static str, Check)> = vec![("runtime", {
+        let s = managers.runtime_state.clone();
+        Arc::new(move || s.check())
+    })];
+    let state = ServerState {
+        statuses: managers.statuses.clone(),
+        probes: Some(managers.probes.clone()),
+        plugins: managers.plugins.clone(),
+        checks,
+        ready_checks,
+    };
+    let mut servers = Vec::new();
+    if config.read_only_port != 0 {
+        servers.push(Server {
+            name: "read-only server",
+            addr: SocketAddr::new(config.address, config.read_only_port),
+            router: server::read_only_router(state.clone()),
+            serving: "serving the read-only API (/pods, /healthz, /readyz)",
+        });
+    }
+    if config.healthz_port != 0 {
+        servers.push(Server {
+            name: "healthz server",
+            addr: SocketAddr::new(config.healthz_bind_address, config.healthz_port),
+            router: server::healthz_router(state),
+            serving: "serving /healthz and /readyz",
+        });
+    }
+    servers
+}
+
+/// The pod sources the configuration names: the static pod directory, the manifest
+/// URL and, with a kubeconfig, the API server (with the node's membership of the
+/// cluster), and the channel they all send to.
+async fn pod_sources(
+    config: &NodeConfig,
+    machine: &MachineFacts,
+    runtimes: &Runtimes,
+    managers: &Managers,
+    api: Option<ApiClients>,
+    started: Instant,
+) -> PodSources {
+    let (tx, rx) = mpsc::channel(16);
+    let mut names = Vec::new();
+    let file = config.static_pod_path.as_ref().map(|dir| {
+        names.push(crate::podconfig::file::SOURCE.to_owned());
+        (dir.clone(), FileSource::new(dir, &config.node_name))
+    });
+    let http = config.manifest_url.as_ref().map(|m| {
+        names.push(crate::podconfig::http::SOURCE.to_owned());
+        (m.url.clone(), HttpSource::new(m.clone(), &config.node_name))
+    });
+    let cluster = match (&config.cluster, api) {
+        (Some(settings), Some(api)) => {
+            names.push(crate::cluster::pod_source::SOURCE.to_owned());
+            let health = cluster::Health {
+                runtime_state: managers.runtime_state.clone(),
+                relist_health: managers.relist_health.clone(),
+                started,
+                pleg_threshold: config.pleg_unhealthy_after,
+            };
+            Some(
+                cluster::Membership::build(
+                    config,
+                    settings,
+                    api,
+                    machine,
+                    &runtimes.router,
+                    health,
+                )
+                .await,
+            )
+        }
+        _ => None,
+    };
+    PodSources {
+        names,
+        tx,
+        rx,
+        file,
+        http,
+        cluster,
+    }
+}
 
 /// Imports every OCI archive in the drop directory. A bad archive is reported by name
 /// and skipped; the others are imported.
@@ -56,660 +636,14 @@ pub fn import_drop_dir(store: &ImageStore, dir: &Path) -> usize {
     imported
 }
 
-/// What the node registers: the machine, its resources, its runtimes.
-async fn node_facts(
-    config: &NodeConfig,
-    cluster: &crate::config::ClusterSettings,
-    addresses: Vec<std::net::IpAddr>,
-    machine: Option<crate::machine::MachineInfo>,
-    resources: Option<(
-        BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-        BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-    )>,
-    router: &RuntimeRouter,
-) -> crate::cluster::registration::NodeFacts {
-    let hostname = config.node_name.clone();
-    // The default runtime's version: the CRI runtime's when there is one.
-    let mut runtime_version = String::new();
-    if let Some(r) = router.default_runtime() {
-        match r.version().await {
-            Ok(v) => runtime_version = format!("{}://{}", v.runtime_name, v.runtime_version),
-            Err(e) => tracing::warn!("cannot read the runtime's version for the Node: {e}"),
-        }
-    }
-    let (capacity, allocatable) = resources.unwrap_or_default();
-    crate::cluster::registration::NodeFacts {
-        name: config.node_name.clone(),
-        hostname,
-        extra_labels: cluster.node_labels.clone(),
-        taints: cluster.taints.clone(),
-        addresses,
-        machine: machine.unwrap_or_default(),
-        capacity,
-        allocatable,
-        runtime_version,
-        runtime_handlers: router.handler_names(),
-        kubelet_port: config.port,
-    }
-}
-
-/// Loads the configured plugins (`wasmlet.plugins`), if any, and watches their files.
-/// A plugin that cannot be loaded is an error in the log and a `PluginLoadFailed`
-/// event, not the node's end: calls to it fail by its world's policy. Disables,
-/// re-enables and reloads become events on the Node.
-async fn start_plugins(
-    config: &NodeConfig,
-    images: &wasmlet_runtime_wasm::image::ImageStore,
-    events: &EventRecorder,
-    cancel: CancellationToken,
-) -> Option<wasmlet_plugin_host::PluginHost> {
-    use wasmlet_plugin_host::{PluginEventKind, PluginSource};
-    if config.plugins.is_empty() {
-        return None;
-    }
-    let node_name = config.node_name.clone();
-    let recorder = events.clone();
-    let sink: wasmlet_plugin_host::EventSink = Arc::new(move |event| {
-        let (type_, reason, message) = match &event.kind {
-            PluginEventKind::Disabled {
-                failures,
-                backoff,
-                last_error,
-            } => (
-                crate::cluster::events::WARNING,
-                "PluginDisabled",
-                format!(
-                    "plugin {} disabled for {backoff:?} after {failures} failures in a row: {last_error}",
-                    event.plugin
-                ),
-            ),
-            PluginEventKind::Enabled => (
-                crate::cluster::events::NORMAL,
-                "PluginEnabled",
-                format!("plugin {} answers again", event.plugin),
-            ),
-            PluginEventKind::Reloaded => (
-                crate::cluster::events::NORMAL,
-                "PluginReloaded",
-                format!("plugin {} reloaded from its changed file", event.plugin),
-            ),
-            PluginEventKind::ReloadFailed { error } => (
-                crate::cluster::events::WARNING,
-                "PluginReloadFailed",
-                format!(
-                    "plugin {}: its changed file cannot be loaded; the previous version keeps running: {error}",
-                    event.plugin
-                ),
-            ),
-        };
-        tracing::warn!(plugin = %event.plugin, reason, "{message}");
-        recorder.node(&node_name, type_, reason, &message);
-    });
-    let host = match wasmlet_plugin_host::PluginHost::new(wasmlet_plugin_host::HostOptions {
-        events: Some(sink),
-        ..Default::default()
-    }) {
-        Ok(host) => host,
-        Err(e) => {
-            tracing::error!("plugins: cannot start the plugin host: {e:#}; no plugin runs");
-            return None;
-        }
-    };
-    for plugin in &config.plugins {
-        let name = plugin.name.clone();
-        let loaded = match &plugin.source {
-            PluginSource::File(_) => host
-                .load(plugin.clone())
-                .await
-                .map_err(|e| format!("{e:#}")),
-            // An image in the node's Wasm image store (imported or pulled for a pod).
-            PluginSource::Image(reference) => match images.resolve(reference) {
-                Ok(entry) => match std::fs::read(images.blob_path(&entry.image.wasm_digest)) {
-                    Ok(bytes) => host
-                        .load_bytes(plugin.clone(), bytes)
-                        .await
-                        .map_err(|e| format!("{e:#}")),
-                    Err(e) => Err(format!("reading image {reference}: {e}")),
-                },
-                Err(e) => Err(format!("image {reference}: {e}")),
-            },
-        };
-        match loaded {
-            Ok(()) => {
-                tracing::info!(plugin = %name, world = %plugin.world.as_str(), "plugin loaded")
-            }
-            Err(e) => {
-                tracing::error!(plugin = %name, "plugin not loaded: {e}");
-                events.node(
-                    &config.node_name,
-                    crate::cluster::events::WARNING,
-                    "PluginLoadFailed",
-                    &format!("plugin {name} not loaded: {e}"),
-                );
-            }
-        }
-    }
-    let watcher = host.clone();
-    tokio::spawn(async move { watcher.watch(cancel).await });
-    Some(host)
-}
-
-/// Runs the node until `cancel` fires, then stops its Wasm sandboxes.
-pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Result<()> {
-    let started = Instant::now();
-    for dir in [&config.root_dir, &config.pod_logs_dir] {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    // One node per root directory: two would adopt each other's sandboxes.
-    let lock_path = config.root_dir.join("wasmlet.lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .with_context(|| format!("opening {}", lock_path.display()))?;
-    match lock.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
-            "another wasmlet is running with root directory {} (it holds {})",
-            config.root_dir.display(),
-            lock_path.display()
-        ),
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(e).with_context(|| format!("locking {}", lock_path.display()));
-        }
-    }
-    let mut machine = None;
-    let mut node_resources = None;
-    match crate::machine::MachineInfo::read(&crate::machine::HostPaths::default()) {
-        Ok(m) => {
-            machine = Some(m.clone());
-            tracing::info!(
-                cpus = m.cpus,
-                memory_mib = m.memory_bytes >> 20,
-                kernel = %m.kernel_version,
-                os = %m.os_image,
-                arch = %m.architecture,
-                "machine"
-            );
-            let fs = crate::machine::fs_stats(&config.root_dir).ok();
-            let capacity = crate::allocatable::Resources::capacity(&m, fs, config.max_pods);
-            match capacity.allocatable(&config.reservations) {
-                Ok(a) => {
-                    tracing::info!(
-                        capacity = ?capacity.to_list().iter().map(|(k, v)| format!("{k}={}", v.0)).collect::<Vec<_>>(),
-                        allocatable = ?a.to_list().iter().map(|(k, v)| format!("{k}={}", v.0)).collect::<Vec<_>>(),
-                        "node resources"
-                    );
-                    node_resources = Some((capacity.to_list(), a.to_list()));
-                }
-                Err(e) => tracing::warn!("cannot compute allocatable resources: {e}"),
-            }
-        }
-        Err(e) => tracing::warn!("cannot read the machine's resources: {e}"),
-    }
-    // The kubelet's own `--oom-score-adj` (-999): the node is the last thing the OOM
-    // killer should pick. Without CAP_SYS_RESOURCE the kernel refuses; that is fine.
-    if std::fs::write("/proc/self/oom_score_adj", "-999").is_err() {
-        tracing::debug!("cannot lower the node's oom_score_adj (no CAP_SYS_RESOURCE)");
-    }
-    if let Some(settings) = &config.cgroups
-        && settings.driver == crate::cm::cgroup::Driver::Systemd
-        && std::path::Path::new("/run/systemd/system").exists()
-    {
-        tracing::warn!(
-            "cgroupDriver systemd: the node names its cgroups as systemd slices but writes them itself; systemd may reset their limits when it manages the slices (docs/decisions.md)"
-        );
-    }
-    let container_manager = match (&config.cgroups, &machine) {
-        (Some(settings), Some(m)) => {
-            let cm =
-                crate::cm::ContainerManager::new(cgroup_config(settings, m, &config.reservations))
-                    .context("cgroups")?;
-            cm.start()
-                .with_context(|| format!("creating the node's cgroups under {}", settings.root))?;
-            tracing::info!(root = %settings.root, driver = %settings.driver, "pod cgroups enforced");
-            Some(Arc::new(cm))
-        }
-        (Some(_), None) => {
-            anyhow::bail!("cgroupsPerQOS needs the machine's resources, which could not be read")
-        }
-        (None, _) => None,
-    };
-    let wasm = WasmRuntime::new(WasmRuntimeConfig {
-        image_dir: config.image_store_dir(),
-        compile_cache_dir: config.compile_cache_dir(),
-        state_dir: config.wasm_state_dir(),
-        sandbox: SandboxCommand {
-            program: config.sandbox_program.clone(),
-            args: config.sandbox_args.clone(),
-        },
-        cgroup_mount_root: std::path::PathBuf::from(
-            wasmlet_runtime_wasm::cgroup::DEFAULT_MOUNT_ROOT,
-        ),
-    })
-    .context("starting the Wasm runtime")?;
-    import_drop_dir(wasm.images(), &config.image_drop_dir());
-    // Sandboxes left running by an earlier run of the node (it crashed or was killed)
-    // are adopted with their containers; the pod workers find them by their labels.
-    let adopted = wasm.restore().await;
-    if adopted > 0 {
-        tracing::info!(sandboxes = adopted, "adopted running Wasm sandboxes");
-    }
-
-    let wasm_dyn: Arc<dyn Runtime> = Arc::new(wasm.clone());
-    let mut handlers = BTreeMap::from([(wasmlet_runtime_wasm::HANDLER.to_owned(), wasm_dyn)]);
-    let mut default_handler = wasmlet_runtime_wasm::HANDLER.to_owned();
-    if let Some(cri) = &config.cri {
-        let runtime = CriRuntime::connect(CriConfig {
-            runtime_endpoint: cri.runtime_endpoint.clone(),
-            image_endpoint: cri.image_endpoint.clone(),
-            request_timeout: cri.request_timeout,
-            handler: String::new(),
-        })
-        .with_context(|| format!("container runtime endpoint {}", cri.runtime_endpoint))?;
-        match runtime.version().await {
-            Ok(v) => {
-                tracing::info!(endpoint = %cri.runtime_endpoint, runtime = %v.runtime_name, version = %v.runtime_version, "connected to the CRI runtime")
-            }
-            // The node keeps running its Wasm pods; container pods wait for the runtime.
-            Err(e) => {
-                tracing::error!(endpoint = %cri.runtime_endpoint, "CRI runtime not usable yet: {e}")
-            }
-        }
-        let cri_dyn: Arc<dyn Runtime> = Arc::new(runtime);
-        // The default handler (empty) and every RuntimeClass handler other than
-        // wasmtime go to the CRI runtime, which is told the handler per sandbox.
-        handlers.insert(String::new(), cri_dyn.clone());
-        for handler in config.runtime_handlers.values() {
-            if handler != wasmlet_runtime_wasm::HANDLER {
-                handlers.insert(handler.clone(), cri_dyn.clone());
-            }
-        }
-        default_handler = String::new();
-    }
-    let router = RuntimeRouter::new(config.runtime_handlers.clone(), handlers, default_handler)
-        .with_wasm_images(wasm.images().clone());
-    let (events, events_rx) = if config.cluster.is_some() {
-        let (r, rx) = EventRecorder::channel();
-        (r, Some(rx))
-    } else {
-        (EventRecorder::default(), None)
-    };
-    // The node's IPs: `--node-ip`, else the default route's (the downward API's
-    // `status.hostIP` and the Node's InternalIP).
-    let node_ips: Vec<std::net::IpAddr> = match config.cluster.as_ref().map(|c| &c.node_ips) {
-        Some(ips) if !ips.is_empty() => ips.clone(),
-        _ => crate::cluster::registration::detect_node_ip(&config.node_name)
-            .into_iter()
-            .collect(),
-    };
-    // Requests have a deadline; watches (which idle for minutes) use their own client.
-    let (client, watch_client) = match &config.cluster {
-        Some(cluster) => (
-            Some(
-                crate::cluster::client_from_kubeconfig(
-                    &cluster.kubeconfig,
-                    Some(crate::cluster::REQUEST_TIMEOUT),
-                )
-                .await?,
-            ),
-            Some(crate::cluster::client_from_kubeconfig(&cluster.kubeconfig, None).await?),
-        ),
-        None => (None, None),
-    };
-    let static_pods = crate::cluster::mirror::StaticPods::default();
-    // What admission checks pods against: the labels the node registers with, its
-    // allocatable resources and its taints. Without known resources, nothing is
-    // checked (rather than every pod refused).
-    let admission_node = node_resources.as_ref().map(|(_, allocatable)| {
-        let arch = machine
-            .as_ref()
-            .map(|m| m.architecture.clone())
-            .unwrap_or_else(|| crate::machine::go_arch(std::env::consts::ARCH).to_owned());
-        let labels = crate::cluster::registration::kubelet_labels(
-            &config.node_name,
-            &arch,
-            &config
-                .cluster
-                .as_ref()
-                .map(|c| c.node_labels.clone())
-                .unwrap_or_default(),
-        );
-        crate::admission::NodeInfo {
-            name: config.node_name.clone(),
-            allocatable: allocatable.clone(),
-            labels,
-            taints: config
-                .cluster
-                .as_ref()
-                .map(|c| c.taints.clone())
-                .unwrap_or_default(),
-            os: "linux".into(),
-            arch,
-        }
-    });
-    let plugins = start_plugins(&config, wasm.images(), &events, cancel.clone()).await;
-    let statuses = StatusStore::default();
-    let (probe_tx, probe_rx) = mpsc::unbounded_channel();
-    let probes = crate::prober::ProbeManager::new(
-        statuses.clone(),
-        Some(router.clone()),
-        Arc::new(match &plugins {
-            Some(host) => crate::prober::RealRunner::with_plugins(host.clone()),
-            None => crate::prober::RealRunner::default(),
-        }),
-        events.clone(),
-        probe_tx,
-    );
-    let mut syncer = PodSyncer::new(
-        router.clone(),
-        config.backoff_initial,
-        config.backoff_max,
-        config.pod_logs_dir.clone(),
-    )
-    .with_dns(config.dns.clone())
-    .with_events(events.clone())
-    .with_pods_dir(config.root_dir.join("pods"))
-    .with_probes(probes.clone())
-    .with_node(
-        node_ips.iter().map(|ip| ip.to_string()).collect(),
-        node_resources.clone().map(|(_, a)| a).unwrap_or_default(),
-    );
-    let services = crate::cluster::ServiceCache::default();
-    if let Some(client) = &client {
-        syncer = syncer.with_objects(Arc::new(crate::cluster::ApiObjects {
-            client: client.clone(),
-            services: services.clone(),
-        }));
-    }
-    if let Some(m) = &machine {
-        match crate::cm::OomScores::new(m.memory_bytes) {
-            Ok(scores) => syncer = syncer.with_oom_scores(scores),
-            Err(e) => {
-                tracing::warn!("containers get no oom_score_adj: reading this process's own: {e}")
-            }
-        }
-    }
-    if let Some(cm) = &container_manager {
-        syncer = syncer.with_cgroups(cm.clone());
-    }
-    let syncer = Arc::new(syncer);
-    let loop_health = LoopHealth::default();
-    let relist_health = RelistHealth::default();
-
-    let loop_threshold = (config.sync_frequency * 2).max(Duration::from_secs(300));
-    let pleg_threshold = config.pleg_unhealthy_after;
-    let checks: Vec<(&'static str, Check)> = vec![
-        ("syncloop", {
-            let h = loop_health.clone();
-            Arc::new(move || h.check(loop_threshold))
-        }),
-        ("pleg", {
-            let h = relist_health.clone();
-            Arc::new(move || h.check(started, pleg_threshold))
-        }),
-    ];
-    let runtime_state = RuntimeState::new(&router);
-    tokio::spawn(runtime_state.clone().run(router.clone(), cancel.clone()));
-    let ready_checks: Vec<(&'static str, Check)> = vec![("runtime", {
-        let s = runtime_state.clone();
-        Arc::new(move || s.check())
-    })];
-    let state = ServerState {
-        statuses: statuses.clone(),
-        probes: Some(probes.clone()),
-        plugins: plugins.clone(),
-        checks,
-        ready_checks,
-    };
-    let mut servers = Vec::new();
-    if config.read_only_port != 0 {
-        let addr = SocketAddr::new(config.address, config.read_only_port);
-        servers.push(
-            server::serve(
-                addr,
-                server::read_only_router(state.clone()),
-                cancel.clone(),
-            )
-            .await?,
-        );
-        tracing::info!(%addr, "serving the read-only API (/pods, /healthz, /readyz)");
-    }
-    if config.healthz_port != 0 {
-        let addr = SocketAddr::new(config.healthz_bind_address, config.healthz_port);
-        servers.push(
-            server::serve(addr, server::healthz_router(state.clone()), cancel.clone()).await?,
-        );
-        tracing::info!(%addr, "serving /healthz and /readyz");
-    }
-
-    let (sources_tx, sources_rx) = mpsc::channel(16);
-    let mut sources = Vec::new();
-    if let Some(dir) = &config.static_pod_path {
-        tracing::info!(dir = %dir.display(), "watching static pod manifests");
-        let source = FileSource::new(dir, &config.node_name);
-        sources.push(crate::podconfig::file::SOURCE.to_owned());
-        tokio::spawn(source.run(
-            config.file_check_frequency,
-            sources_tx.clone(),
-            cancel.clone(),
-        ));
-    }
-    if let Some(m) = &config.manifest_url {
-        tracing::info!(url = %m.url, "fetching static pod manifests");
-        sources.push(crate::podconfig::http::SOURCE.to_owned());
-        let source = crate::podconfig::http::HttpSource::new(m.clone(), &config.node_name);
-        tokio::spawn(source.run(sources_tx.clone(), cancel.clone()));
-    }
-    if let (Some(cluster), Some(client), Some(watch_client)) =
-        (&config.cluster, client, watch_client)
-    {
-        sources.push(crate::cluster::pod_source::SOURCE.to_owned());
-        let facts = node_facts(
-            &config,
-            cluster,
-            node_ips.clone(),
-            machine.clone(),
-            node_resources.clone(),
-            &router,
-        )
-        .await;
-        let inputs = {
-            let runtime_state = runtime_state.clone();
-            let relist_health = relist_health.clone();
-            let router = router.clone();
-            crate::cluster::node_status::StatusInputs {
-                readiness: Arc::new(move || {
-                    let mut problems = Vec::new();
-                    if let Err(e) = runtime_state.check() {
-                        problems.push(e);
-                    }
-                    if let Err(e) = relist_health.check(started, pleg_threshold) {
-                        problems.push(format!("PLEG is not healthy: {e}"));
-                    }
-                    if problems.is_empty() {
-                        Ok(())
-                    } else {
-                        Err(problems.join(", "))
-                    }
-                }),
-                images: Arc::new(move || {
-                    let router = router.clone();
-                    Box::pin(async move {
-                        let mut all = Vec::new();
-                        for r in router.runtimes() {
-                            all.extend(r.list_images().await.unwrap_or_default());
-                        }
-                        all
-                    })
-                }),
-            }
-        };
-        let api_pods = crate::cluster::ApiPods::default();
-        let node_handle = crate::cluster::NodeHandle::default();
-        tokio::spawn(crate::cluster::pod_source::run(
-            watch_client.clone(),
-            config.node_name.clone(),
-            api_pods.clone(),
-            sources_tx.clone(),
-            cancel.clone(),
-        ));
-        tokio::spawn(crate::cluster::watch_services(
-            watch_client.clone(),
-            services,
-            cancel.clone(),
-        ));
-        tokio::spawn(crate::cluster::runtime_classes::run(
-            watch_client,
-            router.clone(),
-            cancel.clone(),
-        ));
-        if let Some(rx) = events_rx {
-            tokio::spawn(crate::cluster::events::run(
-                client.clone(),
-                config.node_name.clone(),
-                rx,
-                cancel.clone(),
-            ));
-        }
-        tokio::spawn(
-            crate::cluster::status_manager::StatusManager::new(
-                client.clone(),
-                statuses.clone(),
-                api_pods.clone(),
-                node_handle.clone(),
-            )
-            .run(cancel.clone()),
-        );
-        tokio::spawn(
-            crate::cluster::mirror::MirrorManager {
-                client: client.clone(),
-                static_pods: static_pods.clone(),
-                api_pods,
-                node: node_handle.clone(),
-            }
-            .run(cancel.clone()),
-        );
-        let cancel = cancel.clone();
-        let cluster = cluster.clone();
-        let events = events.clone();
-        tokio::spawn(async move {
-            if cluster.register_node {
-                match crate::cluster::registration::register(&client, &facts, &cancel).await {
-                    Some(node) => {
-                        node_handle.set(node);
-                        events.node(
-                            &facts.name,
-                            crate::cluster::events::NORMAL,
-                            "Starting",
-                            "Starting kubelet.",
-                        );
-                    }
-                    None => return,
-                }
-            }
-            let lease = crate::cluster::lease::LeaseController::new(
-                client.clone(),
-                &facts.name,
-                cluster.lease_duration_seconds,
-                node_handle.clone(),
-            );
-            tokio::spawn(lease.run(cancel.clone()));
-            crate::cluster::node_status::NodeStatusLoop {
-                client,
-                facts,
-                inputs,
-                node: node_handle,
-                update_frequency: cluster.status_update_frequency,
-                report_frequency: cluster.status_report_frequency,
-            }
-            .run(cancel)
-            .await;
-        });
-        tracing::info!(kubeconfig = %cluster.kubeconfig.display(), "joining the cluster");
-    }
-    if sources.is_empty() {
-        tracing::warn!(
-            "no static pod path, manifest URL or API server: this node has no pod source"
-        );
-    }
-    let (pleg_tx, pleg_rx) = mpsc::channel(1024);
-    tokio::spawn(pleg::run(
-        router.clone(),
-        config.pleg_relist_period,
-        relist_health,
-        pleg_tx,
-        cancel.clone(),
-    ));
-
-    tracing::info!(node = %config.node_name, root_dir = %config.root_dir.display(), "wasmlet is running");
-    let sync_loop = SyncLoop::new(
-        syncer,
-        statuses,
-        LoopTiming {
-            housekeeping_interval: config.housekeeping_interval,
-            sync_frequency: config.sync_frequency,
-        },
-        loop_health,
-    )
-    .with_sources(sources)
-    .with_static_pods(static_pods)
-    .with_probes(probes, probe_rx);
-    let sync_loop = match admission_node {
-        Some(node) => sync_loop.with_admission(node, events.clone()),
-        None => sync_loop,
-    };
-    let sync_loop = match &plugins {
-        Some(host) => sync_loop.with_plugins(
-            host.clone(),
-            crate::plugins::admission_plugins(&config.plugins),
-        ),
-        None => sync_loop,
-    };
-    sync_loop.run(sources_rx, pleg_rx, cancel.clone()).await;
-    drop(sources_tx);
-
-    tracing::info!("shutting down: stopping Wasm sandboxes");
-    let sandboxes = wasm.list_pod_sandboxes().await.unwrap_or_default();
-    // A deliberate stop ends the node's Wasm pods (a crash leaves them to be adopted).
-    let stops = sandboxes.iter().map(|sb| wasm.remove_pod_sandbox(&sb.id));
-    if tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(stops))
-        .await
-        .is_err()
-    {
-        tracing::warn!("some sandboxes did not stop within 10s; they are killed");
-    }
-    // Their pod cgroups go with them (container pods keep running, and their cgroups).
-    if let Some(cm) = container_manager.clone() {
-        let uids: Vec<String> = sandboxes.iter().map(|sb| sb.metadata.uid.clone()).collect();
-        let removed = tokio::task::spawn_blocking(move || {
-            for uid in uids {
-                if let Err(e) = cm.remove_pod(&uid) {
-                    tracing::warn!(pod_uid = %uid, "removing the pod cgroup: {e}");
-                }
-            }
-        });
-        let _ = tokio::time::timeout(Duration::from_secs(15), removed).await;
-    }
-    for s in servers {
-        let _ = tokio::time::timeout(Duration::from_secs(2), s).await;
-    }
-    drop(lock);
-    Ok(())
-}
-
 /// The container manager's settings from the node's configuration and machine.
 fn cgroup_config(
     settings: &crate::config::CgroupSettings,
-    machine: &crate::machine::MachineInfo,
+    machine: &MachineInfo,
     reservations: &crate::allocatable::Reservations,
 ) -> crate::cm::Config {
     use crate::cm::formulas::NodeResources;
-    let resources = |map: &std::collections::BTreeMap<
-        String,
-        k8s_openapi::apimachinery::pkg::api::resource::Quantity,
-    >| NodeResources {
+    let resources = |map: &ResourceList| NodeResources {
         milli_cpu: map
             .get("cpu")
             .and_then(|q| crate::quantity::parse(q).ok())

@@ -282,6 +282,11 @@ impl SyncLoop {
         self.static_pods.set(ready, pods);
     }
 
+    /// The tracker the pod workers run on (see [`PodWorkers::tasks`]).
+    pub fn worker_tasks(&self) -> tokio_util::task::TaskTracker {
+        self.workers.tasks()
+    }
+
     /// Runs until cancelled.
     pub async fn run(
         mut self,

@@ -13,6 +13,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::pod::{full_name, uid};
@@ -78,6 +79,8 @@ pub struct PodWorkers {
     statuses: StatusStore,
     workers: HashMap<String, WorkerHandle>,
     done_tx: mpsc::UnboundedSender<String>,
+    /// Every worker task, for the node's drain.
+    tasks: TaskTracker,
 }
 
 impl PodWorkers {
@@ -92,7 +95,14 @@ impl PodWorkers {
             statuses,
             workers: HashMap::new(),
             done_tx,
+            tasks: TaskTracker::new(),
         }
+    }
+
+    /// The tracker every worker runs on: the node waits on it when it drains, so a
+    /// worker finishes the sync and the status write it is in.
+    pub fn tasks(&self) -> TaskTracker {
+        self.tasks.clone()
     }
 
     /// Hands work to the pod's worker, starting one if needed. Returns `false` if the
@@ -126,7 +136,7 @@ impl PodWorkers {
                     rx,
                     self.done_tx.clone(),
                 );
-                tokio::spawn(task);
+                self.tasks.spawn(task);
                 self.workers.insert(id, WorkerHandle { tx, phase: to });
                 true
             }

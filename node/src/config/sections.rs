@@ -1,0 +1,598 @@
+//! [`NodeFlags::resolve`]'s sections: each resolves one part of the configuration from
+//! the flags and the file, pushes what is wrong with it onto the one list of errors,
+//! and returns a usable value (the default where a value is bad) so that the sections
+//! after it still run and every problem is reported at once.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::{
+    CgroupSettings, ClusterSettings, CriSettings, KubeletConfiguration, ManifestUrl, NodeFlags,
+    WasmletSection, hostname, load_file, node_label_allowed, parse_taint,
+};
+use crate::duration;
+use crate::pod::is_dns_subdomain;
+
+/// Every duration the node is configured with.
+pub(super) struct Timing {
+    pub file_check_frequency: Duration,
+    pub sync_frequency: Duration,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    pub housekeeping_interval: Duration,
+    pub pleg_relist_period: Duration,
+    pub http_check_frequency: Duration,
+    pub status_update_frequency: Duration,
+    pub status_report_frequency: Duration,
+    pub runtime_request_timeout: Duration,
+}
+
+/// Where the node's servers listen.
+pub(super) struct Servers {
+    pub address: IpAddr,
+    pub read_only_port: u16,
+    /// The authenticated node API's port, as reported in the Node.
+    pub port: u16,
+    pub healthz_bind_address: IpAddr,
+    pub healthz_port: u16,
+}
+
+/// The program Wasm sandboxes run as, and its arguments.
+pub(super) struct Sandbox {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// The file's header: the file read (a default one without `--config`) and its
+/// `apiVersion` and `kind` checked. Fields wasmlet does not use are logged.
+pub(super) fn read_file(path: Option<&Path>, errors: &mut Vec<String>) -> KubeletConfiguration {
+    let file = match path {
+        Some(path) => load_file(path).unwrap_or_else(|e| {
+            errors.push(e);
+            KubeletConfiguration::default()
+        }),
+        None => KubeletConfiguration::default(),
+    };
+    if let Some(v) = &file.api_version
+        && v != "kubelet.config.k8s.io/v1beta1"
+    {
+        errors.push(format!(
+            "apiVersion: {v:?} is not kubelet.config.k8s.io/v1beta1"
+        ));
+    }
+    if let Some(k) = &file.kind
+        && k != "KubeletConfiguration"
+    {
+        errors.push(format!("kind: {k:?} is not KubeletConfiguration"));
+    }
+    for key in file.other.keys() {
+        tracing::info!(
+            "config: ignoring KubeletConfiguration field {key:?}, which wasmlet does not use"
+        );
+    }
+    file
+}
+
+/// A duration: the flag's, else the file's, else `default` (also when it is bad).
+fn duration_of(
+    errors: &mut Vec<String>,
+    name: &str,
+    value: Option<&String>,
+    default: Duration,
+) -> Duration {
+    match value {
+        None => default,
+        Some(s) => duration::parse(s).unwrap_or_else(|e| {
+            errors.push(format!("{name}: {e}"));
+            default
+        }),
+    }
+}
+
+/// A port: the flag's, else the file's, else `default` (also when it is out of range).
+fn port_of(
+    errors: &mut Vec<String>,
+    name: &str,
+    flag: Option<u16>,
+    field: Option<i64>,
+    default: u16,
+) -> u16 {
+    match (flag, field) {
+        (Some(p), _) => p,
+        (None, None) => default,
+        (None, Some(p)) => u16::try_from(p).unwrap_or_else(|_| {
+            errors.push(format!("{name}: {p} is not a port number (0-65535)"));
+            default
+        }),
+    }
+}
+
+/// An IP address: the flag's, else the file's, else `default` (also when it is bad).
+fn ip_of(
+    errors: &mut Vec<String>,
+    name: &str,
+    flag: Option<IpAddr>,
+    field: Option<&str>,
+    default: &str,
+) -> IpAddr {
+    flag.unwrap_or_else(|| {
+        let s = field.unwrap_or(default);
+        s.parse().unwrap_or_else(|_| {
+            errors.push(format!("{name}: {s:?} is not an IP address"));
+            default.parse().expect("default IPs parse")
+        })
+    })
+}
+
+impl NodeFlags {
+    /// Timing: every duration, parsed (see [`Timing::check`] for their bounds).
+    pub(super) fn timing(
+        &self,
+        file: &KubeletConfiguration,
+        section: &WasmletSection,
+        errors: &mut Vec<String>,
+    ) -> Timing {
+        let either = |flag: &Option<String>, field: &Option<String>| -> Option<String> {
+            flag.as_ref().or(field.as_ref()).cloned()
+        };
+        let backoff = section.restart_backoff.as_ref();
+        let mut dur = |name: &str, value: Option<String>, default: u64| {
+            duration_of(errors, name, value.as_ref(), Duration::from_secs(default))
+        };
+        Timing {
+            file_check_frequency: dur(
+                "fileCheckFrequency",
+                either(&self.file_check_frequency, &file.file_check_frequency),
+                20,
+            ),
+            sync_frequency: dur(
+                "syncFrequency",
+                either(&self.sync_frequency, &file.sync_frequency),
+                60,
+            ),
+            backoff_initial: dur(
+                "wasmlet.restartBackoff.initial",
+                backoff.and_then(|b| b.initial.clone()),
+                10,
+            ),
+            backoff_max: dur(
+                "wasmlet.restartBackoff.max",
+                backoff.and_then(|b| b.max.clone()),
+                300,
+            ),
+            housekeeping_interval: dur(
+                "wasmlet.housekeepingInterval",
+                section.housekeeping_interval.clone(),
+                2,
+            ),
+            pleg_relist_period: dur(
+                "wasmlet.plegRelistPeriod",
+                section.pleg_relist_period.clone(),
+                1,
+            ),
+            http_check_frequency: dur(
+                "httpCheckFrequency",
+                either(&self.http_check_frequency, &file.http_check_frequency),
+                20,
+            ),
+            status_update_frequency: dur(
+                "nodeStatusUpdateFrequency",
+                file.node_status_update_frequency.clone(),
+                10,
+            ),
+            status_report_frequency: dur(
+                "nodeStatusReportFrequency",
+                file.node_status_report_frequency.clone(),
+                300,
+            ),
+            runtime_request_timeout: dur(
+                "runtimeRequestTimeout",
+                either(&self.runtime_request_timeout, &file.runtime_request_timeout),
+                120,
+            ),
+        }
+    }
+
+    /// Servers and ports: the read-only port, the node API's port and the healthz
+    /// port, and the addresses they bind to.
+    pub(super) fn servers(&self, file: &KubeletConfiguration, errors: &mut Vec<String>) -> Servers {
+        let read_only_port = port_of(
+            errors,
+            "readOnlyPort",
+            self.read_only_port,
+            file.read_only_port,
+            0,
+        );
+        let port = port_of(errors, "port", self.port, file.port, 10250);
+        let healthz_port = port_of(
+            errors,
+            "healthzPort",
+            self.healthz_port,
+            file.healthz_port,
+            10248,
+        );
+        let address = ip_of(
+            errors,
+            "address",
+            self.address,
+            file.address.as_deref(),
+            "0.0.0.0",
+        );
+        let healthz_bind_address = ip_of(
+            errors,
+            "healthzBindAddress",
+            self.healthz_bind_address,
+            file.healthz_bind_address.as_deref(),
+            "127.0.0.1",
+        );
+        Servers {
+            address,
+            read_only_port,
+            port,
+            healthz_bind_address,
+            healthz_port,
+        }
+    }
+
+    /// cgroups: the QoS and pod cgroup hierarchy (`cgroupsPerQOS`, on by default),
+    /// its driver and root, CFS quota, PID limit and what it enforces.
+    pub(super) fn cgroups(
+        &self,
+        file: &KubeletConfiguration,
+        errors: &mut Vec<String>,
+    ) -> Option<CgroupSettings> {
+        if !self
+            .cgroups_per_qos
+            .or(file.cgroups_per_qos)
+            .unwrap_or(true)
+        {
+            return None;
+        }
+        let driver_name = self
+            .cgroup_driver
+            .clone()
+            .or(file.cgroup_driver.clone())
+            .unwrap_or_else(|| "cgroupfs".into());
+        let driver = driver_name.parse().unwrap_or_else(|_| {
+            errors.push(format!(
+                "cgroupDriver: {driver_name:?} is neither cgroupfs nor systemd"
+            ));
+            crate::cm::cgroup::Driver::Cgroupfs
+        });
+        let root = self
+            .cgroup_root
+            .clone()
+            .or(file.cgroup_root.clone())
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| "/".into());
+        if !root.starts_with('/') {
+            errors.push(format!(
+                "cgroupRoot: {root:?} is not an absolute cgroup path"
+            ));
+        }
+        let period = match file.cpu_cfs_quota_period.as_deref().map(duration::parse) {
+            None => Duration::from_millis(100),
+            Some(Ok(d)) if d >= Duration::from_millis(1) && d <= Duration::from_secs(1) => d,
+            Some(_) => {
+                errors.push("cpuCFSQuotaPeriod: must be between 1ms and 1s".into());
+                Duration::from_millis(100)
+            }
+        };
+        let enforce = file
+            .enforce_node_allocatable
+            .clone()
+            .unwrap_or_else(|| vec!["pods".into()]);
+        for e in &enforce {
+            if !matches!(
+                e.as_str(),
+                "pods" | "none" | "system-reserved" | "kube-reserved"
+            ) {
+                errors.push(format!("enforceNodeAllocatable: {e:?} is not pods, system-reserved, kube-reserved or none"));
+            }
+        }
+        Some(CgroupSettings {
+            driver,
+            root,
+            cpu_cfs_quota: file.cpu_cfs_quota.unwrap_or(true),
+            cpu_cfs_quota_period: period,
+            pod_pids_limit: file.pod_pids_limit.filter(|n| *n > 0),
+            enforce_node_allocatable: enforce,
+        })
+    }
+
+    /// The node's name: `--hostname-override`, else the hostname, lower-cased; it
+    /// must be a DNS subdomain.
+    pub(super) fn node_name(&self, errors: &mut Vec<String>) -> String {
+        let node_name = match &self.hostname_override {
+            Some(n) => n.trim().to_lowercase(),
+            None => hostname().to_lowercase(),
+        };
+        if node_name.is_empty() || !is_dns_subdomain(&node_name) {
+            errors.push(format!(
+                "node name {node_name:?} is not a valid DNS subdomain (use --hostname-override)"
+            ));
+        }
+        node_name
+    }
+
+    /// Runtimes: the CRI runtime's endpoints, when one is configured.
+    pub(super) fn cri(
+        &self,
+        file: &KubeletConfiguration,
+        request_timeout: Duration,
+    ) -> Option<CriSettings> {
+        self.container_runtime_endpoint
+            .clone()
+            .or(file.container_runtime_endpoint.clone())
+            .filter(|e| !e.trim().is_empty())
+            .map(|runtime_endpoint| CriSettings {
+                runtime_endpoint,
+                image_endpoint: self
+                    .image_service_endpoint
+                    .clone()
+                    .or(file.image_service_endpoint.clone())
+                    .filter(|e| !e.trim().is_empty()),
+                request_timeout,
+            })
+    }
+
+    /// Runtimes: the program Wasm sandboxes run as (this binary's `sandbox` command
+    /// unless `--sandbox-program` names another).
+    pub(super) fn sandbox(&self, errors: &mut Vec<String>) -> Sandbox {
+        match &self.sandbox_program {
+            Some(p) => Sandbox {
+                program: p.clone(),
+                args: Vec::new(),
+            },
+            None => Sandbox {
+                program: std::env::current_exe().unwrap_or_else(|e| {
+                    errors.push(format!("cannot find the wasmlet binary for sandboxes: {e}"));
+                    PathBuf::new()
+                }),
+                args: vec!["sandbox".to_owned()],
+            },
+        }
+    }
+
+    /// Cluster and registration, with a kubeconfig: the labels, taints and IPs the
+    /// node registers with, how often it reports its status, and its lease.
+    pub(super) fn cluster(
+        &self,
+        file: &KubeletConfiguration,
+        timing: &Timing,
+        errors: &mut Vec<String>,
+    ) -> Option<ClusterSettings> {
+        let kubeconfig = self.kubeconfig.clone()?;
+        let node_labels = self.node_labels(errors);
+        let mut taints = file.register_with_taints.clone().unwrap_or_default();
+        for t in &self.register_with_taints {
+            match parse_taint(t) {
+                Ok(t) => taints.push(t),
+                Err(e) => errors.push(format!("--register-with-taints: {e}")),
+            }
+        }
+        let mut families = std::collections::HashSet::new();
+        for ip in &self.node_ip {
+            if !families.insert(ip.is_ipv4()) {
+                errors.push(format!(
+                    "--node-ip: at most one address per family ({ip} is a second one)"
+                ));
+            }
+        }
+        let lease_duration_seconds = match file.node_lease_duration_seconds {
+            None => 40,
+            Some(n) if n > 0 && n <= i32::MAX as i64 => n as i32,
+            Some(n) => {
+                errors.push(format!("nodeLeaseDurationSeconds: {n} must be positive"));
+                40
+            }
+        };
+        if timing.status_report_frequency < timing.status_update_frequency {
+            errors.push(format!(
+                "nodeStatusReportFrequency ({}) is less than nodeStatusUpdateFrequency ({})",
+                duration::format(timing.status_report_frequency),
+                duration::format(timing.status_update_frequency)
+            ));
+        }
+        Some(ClusterSettings {
+            kubeconfig,
+            register_node: self.register_node.or(file.register_node).unwrap_or(true),
+            node_labels,
+            taints,
+            node_ips: self.node_ip.clone(),
+            status_update_frequency: timing.status_update_frequency,
+            status_report_frequency: timing.status_report_frequency,
+            lease_duration_seconds,
+        })
+    }
+
+    /// `--node-labels`, as `key=value`, within what NodeRestriction lets a node set.
+    fn node_labels(&self, errors: &mut Vec<String>) -> BTreeMap<String, String> {
+        let mut node_labels = BTreeMap::new();
+        for label in &self.node_labels {
+            match label.split_once('=') {
+                Some((k, _)) if !node_label_allowed(k.trim()) => errors.push(format!(
+                    "--node-labels: {k:?} is in a kubernetes.io or k8s.io namespace a node may not set on itself (NodeRestriction); allowed there: kubelet.kubernetes.io/*, node.kubernetes.io/* and the kubelet's own labels"
+                )),
+                Some((k, v)) if !k.trim().is_empty() => {
+                    node_labels.insert(k.trim().to_owned(), v.trim().to_owned());
+                }
+                _ => errors.push(format!("--node-labels: {label:?} is not key=value")),
+            }
+        }
+        node_labels
+    }
+
+    /// Sources: the HTTP static pod source (`--manifest-url` or `staticPodURL`), with
+    /// its headers.
+    pub(super) fn manifest_url(
+        &self,
+        file: &KubeletConfiguration,
+        check_frequency: Duration,
+        errors: &mut Vec<String>,
+    ) -> Option<ManifestUrl> {
+        let url = self
+            .manifest_url
+            .clone()
+            .or(file.static_pod_url.clone())
+            .filter(|u| !u.trim().is_empty())?;
+        let mut headers = Vec::new();
+        for (k, values) in file.static_pod_url_header.iter().flatten() {
+            for v in values {
+                headers.push((k.clone(), v.clone()));
+            }
+        }
+        for h in &self.manifest_url_header {
+            match h.split_once(':') {
+                Some((k, v)) if !k.trim().is_empty() => {
+                    headers.push((k.trim().to_owned(), v.trim().to_owned()))
+                }
+                _ => errors.push(format!("--manifest-url-header: {h:?} is not key:value")),
+            }
+        }
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            errors.push(format!("manifest URL {url:?} is not an http(s) URL"));
+        }
+        Some(ManifestUrl {
+            url,
+            headers,
+            check_frequency,
+        })
+    }
+}
+
+impl Timing {
+    /// Timing: the frequencies and periods are more than zero, and the restart
+    /// back-off's maximum is not less than its first delay.
+    pub(super) fn check(&self, errors: &mut Vec<String>) {
+        for (name, d) in [
+            ("httpCheckFrequency", self.http_check_frequency),
+            ("nodeStatusUpdateFrequency", self.status_update_frequency),
+            ("fileCheckFrequency", self.file_check_frequency),
+            ("syncFrequency", self.sync_frequency),
+            ("wasmlet.housekeepingInterval", self.housekeeping_interval),
+            ("wasmlet.plegRelistPeriod", self.pleg_relist_period),
+            ("wasmlet.restartBackoff.initial", self.backoff_initial),
+        ] {
+            if d.is_zero() {
+                errors.push(format!("{name}: must be greater than zero"));
+            }
+        }
+        if self.backoff_max < self.backoff_initial {
+            errors.push(format!(
+                "wasmlet.restartBackoff.max ({}) is less than initial ({})",
+                duration::format(self.backoff_max),
+                duration::format(self.backoff_initial)
+            ));
+        }
+    }
+}
+
+/// Resources: `maxPods`, positive, 110 by default.
+pub(super) fn max_pods(file: &KubeletConfiguration, errors: &mut Vec<String>) -> u32 {
+    match file.max_pods {
+        None => 110,
+        Some(n) if n > 0 && n <= u32::MAX as i64 => n as u32,
+        Some(n) => {
+            errors.push(format!("maxPods: {n} must be positive"));
+            110
+        }
+    }
+}
+
+/// Pods' DNS: `clusterDNS` (IP addresses), `clusterDomain` and `resolvConf` (the
+/// kubelet's default; an empty string means no host configuration).
+pub(super) fn cluster_dns(
+    file: &KubeletConfiguration,
+    errors: &mut Vec<String>,
+) -> crate::podspec::ClusterDns {
+    let mut servers = Vec::new();
+    for server in file.cluster_dns.iter().flatten() {
+        match server.parse::<IpAddr>() {
+            Ok(_) => servers.push(server.clone()),
+            Err(_) => errors.push(format!("clusterDNS: {server:?} is not an IP address")),
+        }
+    }
+    crate::podspec::ClusterDns {
+        servers,
+        domain: file
+            .cluster_domain
+            .clone()
+            .unwrap_or_default()
+            .trim_end_matches('.')
+            .to_owned(),
+        resolv_conf: match file.resolv_conf.as_deref() {
+            None => Some(crate::podspec::default_resolv_conf().to_owned()),
+            Some("") => None,
+            Some(path) => Some(PathBuf::from(path)),
+        },
+    }
+}
+
+/// Resources: `kubeReserved`, `systemReserved` (quantities) and `evictionHard`
+/// (which, when set, replaces the defaults, as in the kubelet).
+pub(super) fn reservations(
+    file: &KubeletConfiguration,
+    errors: &mut Vec<String>,
+) -> crate::allocatable::Reservations {
+    let mut reserved = |what: &str, map: &Option<BTreeMap<String, String>>| {
+        let mut out = BTreeMap::new();
+        for (name, value) in map.iter().flatten() {
+            let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(value.clone());
+            match crate::quantity::parse(&q) {
+                Ok(v) if v >= 0.0 => {
+                    out.insert(name.clone(), q);
+                }
+                _ => errors.push(format!("{what}.{name}: {value:?} is not a quantity")),
+            }
+        }
+        out
+    };
+    let kube_reserved = reserved("kubeReserved", &file.kube_reserved);
+    let system_reserved = reserved("systemReserved", &file.system_reserved);
+    let eviction_hard = match &file.eviction_hard {
+        Some(map) => crate::allocatable::parse_eviction_hard(map).unwrap_or_else(|e| {
+            errors.extend(e);
+            Default::default()
+        }),
+        None => crate::allocatable::default_eviction_hard(),
+    };
+    crate::allocatable::Reservations {
+        kube_reserved,
+        system_reserved,
+        eviction_hard,
+    }
+}
+
+/// wasmlet's own section: its plugins (validated) and its RuntimeClass handlers
+/// (`wasmtime` always; any other needs a CRI runtime).
+pub(super) fn wasmlet_section(
+    section: WasmletSection,
+    has_cri: bool,
+    errors: &mut Vec<String>,
+) -> (
+    Vec<wasmlet_plugin_host::PluginConfig>,
+    BTreeMap<String, String>,
+) {
+    let plugins = section.plugins;
+    for e in wasmlet_plugin_host::validate_plugins(
+        &plugins,
+        wasmlet_plugin_host::HostOptions::default().max_memory_bytes,
+    ) {
+        errors.push(format!("wasmlet.plugins: {e}"));
+    }
+    let mut runtime_handlers = section.runtime_handlers.unwrap_or_default();
+    runtime_handlers
+        .entry(wasmlet_runtime_wasm::HANDLER.to_owned())
+        .or_insert_with(|| wasmlet_runtime_wasm::HANDLER.to_owned());
+    for (class, handler) in &runtime_handlers {
+        if handler != wasmlet_runtime_wasm::HANDLER && !has_cri {
+            errors.push(format!(
+                "wasmlet.runtimeHandlers.{class}: handler {handler:?} needs a CRI runtime, which this node does not have configured"
+            ));
+        }
+    }
+    (plugins, runtime_handlers)
+}
