@@ -45,8 +45,8 @@ use wasmlet_proto::cri::v1::image_service_client::ImageServiceClient;
 use wasmlet_proto::cri::v1::runtime_service_client::RuntimeServiceClient;
 use wasmlet_runtime::{
     Capabilities, Container, ContainerConfig, ContainerResources, ContainerStatus, Error,
-    ExecResult, FilesystemUsage, Image, ImageKind, PodSandbox, PodSandboxConfig, PodSandboxStatus,
-    Result, Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion,
+    ExecResult, FilesystemUsage, Image, PodSandbox, PodSandboxConfig, PodSandboxStatus, Result,
+    Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion,
 };
 
 use crate::error::{Op, from_status};
@@ -247,18 +247,9 @@ impl Runtime for CriRuntime {
     }
 
     fn capabilities(&self) -> Capabilities {
-        // Attach, port-forward and stats are CRI calls this backend does not make yet.
-        Capabilities {
-            images: ImageKind::Container,
-            directory_mounts_only: false,
-            sandbox_memory_overhead: None,
-            image_user: true,
-            container_id_scheme: None,
-            exec: true,
-            attach: false,
-            port_forward: false,
-            stats: false,
-        }
+        // An OCI container runtime that execs: attach, port-forward and stats are CRI
+        // calls this backend does not make yet.
+        Capabilities::default()
     }
 
     async fn version(&self) -> Result<RuntimeVersion> {
