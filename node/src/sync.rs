@@ -80,6 +80,16 @@ pub struct PodSyncer {
     pub(crate) oom_scores: Option<crate::cm::OomScores>,
 }
 
+/// Removes a container instance the pod no longer keeps; one already gone is fine,
+/// any other failure is logged with the pod, the container and the instance.
+pub(crate) async fn remove_instance(runtime: &dyn Runtime, pod: &Pod, container: &str, id: &str) {
+    if let Err(e) = runtime.remove_container(id).await
+        && !e.is_not_found()
+    {
+        tracing::warn!(pod = %full_name(pod), container, id, "removing an old container instance: {e}");
+    }
+}
+
 /// The directory of a pod's log files: `<root>/<namespace>_<name>_<uid>`.
 pub fn pod_log_dir(root: &std::path::Path, pod: &Pod) -> PathBuf {
     root.join(format!(
@@ -737,7 +747,7 @@ impl PodSyncer {
             // A new attempt (the runtime names containers by attempt).
             rec.restart_count += 1;
             if let Some(older) = rec.last_terminated.replace(old) {
-                let _ = runtime.remove_container(&older.id).await;
+                remove_instance(runtime, pod, &c.name, &older.id).await;
             }
         }
         if let Some(finished) = start.backoff_from {
@@ -761,10 +771,10 @@ impl PodSyncer {
                         ContainerState::Created | ContainerState::Unknown
                     ) {
                         // It never ran: nothing to keep.
-                        let _ = runtime.remove_container(&prev.id).await;
+                        remove_instance(runtime, pod, &c.name, &prev.id).await;
                     } else if let Some(older) = rec.last_terminated.replace(prev) {
                         // Keep one dead instance per container, as container GC does.
-                        let _ = runtime.remove_container(&older.id).await;
+                        remove_instance(runtime, pod, &c.name, &older.id).await;
                     }
                 }
                 rec.current = Some(status);

@@ -71,7 +71,7 @@ impl PodSyncer {
             format!("Created container: {}", c.name),
         );
         if let Err(e) = runtime.start_container(&id).await {
-            let _ = runtime.remove_container(&id).await;
+            crate::sync::remove_instance(runtime, pod, &c.name, &id).await;
             return Err(StartError {
                 waiting: Waiting::new("RunContainerError", e.to_string()),
                 retry: self.retry_after_error,
@@ -106,7 +106,9 @@ impl PodSyncer {
                     "Killing",
                     format!("FailedPostStartHook: stopping container {}", c.name),
                 );
-                let _ = runtime.stop_container(&id, grace).await;
+                if let Err(e) = runtime.stop_container(&id, grace).await {
+                    tracing::warn!(pod = %full_name(pod), container = %c.name, "stopping the container after its failed postStart hook: {e}");
+                }
             }
         }
         runtime.container_status(&id).await.map_err(|e| StartError {
