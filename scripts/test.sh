@@ -15,7 +15,10 @@ echo "--- guest images"
 # The guests build with a cargo home of their own under target/ (empty in a clean
 # clone), so every crate they compile, std's own included, is downloaded here.
 guest_home=${WASMLET_GUEST_CARGO_HOME:-target/guest-cargo-home}
-cached=$(find "$guest_home/registry/cache" -name '*.crate' 2>/dev/null | wc -l)
+cached=0
+if [ -d "$guest_home/registry/cache" ]; then
+  cached=$(find "$guest_home/registry/cache" -name '*.crate' | wc -l)
+fi
 echo "guest cargo home $guest_home: $cached crates cached before the build"
 cargo xtask images >/dev/null
 echo "--- tests"
