@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 
 /// Annotation carrying the pod's config hash (its UID for static pods).
 pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
@@ -73,6 +73,16 @@ pub fn is_mirror(pod: &Pod) -> bool {
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
+}
+
+/// Every container of the pod: the regular ones, then the init containers (sidecars
+/// among them).
+pub fn containers(pod: &Pod) -> impl Iterator<Item = &Container> {
+    pod.spec.iter().flat_map(|s| {
+        s.containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+    })
 }
 
 /// The grace the spec gives the pod's containers to stop, else 30 s (seconds).

@@ -320,13 +320,8 @@ impl PodSyncer {
     /// and restart back-offs of its containers, and the resources their specs ask for.
     pub(crate) fn action_inputs(&self, pod: &Pod, st: &PodState, now: Timestamp) -> ActionInputs {
         let mut inputs = ActionInputs::at(now);
-        let spec = pod.spec.clone().unwrap_or_default();
         let backoff = self.restart_backoff.lock().unwrap();
-        for c in spec
-            .containers
-            .iter()
-            .chain(spec.init_containers.iter().flatten())
-        {
+        for c in crate::pod::containers(pod) {
             if let Ok(r) = self.container_resources(pod, c) {
                 inputs.desired_resources.insert(c.name.clone(), r);
             }

@@ -87,14 +87,7 @@ impl PodSyncer {
             });
             stale_sandboxes.extend(older.iter().map(|s| s.id.clone()));
         }
-        let wanted: std::collections::HashSet<&str> = pod
-            .spec
-            .iter()
-            .flat_map(|s| {
-                s.containers
-                    .iter()
-                    .chain(s.init_containers.iter().flatten())
-            })
+        let wanted: std::collections::HashSet<&str> = crate::pod::containers(pod)
             .map(|c| c.name.as_str())
             .collect();
         containers.sort_by_key(|c| std::cmp::Reverse((c.metadata.attempt, c.created_at)));

@@ -236,12 +236,7 @@ impl PodSyncer {
         id: &str,
         deadline: tokio::time::Instant,
     ) {
-        let spec = pod.spec.clone().unwrap_or_default();
-        let container = spec
-            .containers
-            .iter()
-            .chain(spec.init_containers.iter().flatten())
-            .find(|c| c.name == name);
+        let container = crate::pod::containers(pod).find(|c| c.name == name);
         // As the kubelet: no preStop hook without a grace period to run it in.
         if let Some(c) = container
             && let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())

@@ -40,14 +40,7 @@ impl PodSyncer {
     ) -> Result<(Option<String>, Option<i64>), String> {
         // The sandbox process of a Wasm pod runs all its containers: the lowest of
         // their scores.
-        let oom = pod
-            .spec
-            .iter()
-            .flat_map(|s| {
-                s.containers
-                    .iter()
-                    .chain(s.init_containers.iter().flatten())
-            })
+        let oom = crate::pod::containers(pod)
             .filter_map(|c| self.oom_score_adj(pod, c))
             .min();
         let Some(cm) = &self.cgroups else {

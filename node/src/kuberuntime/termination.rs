@@ -57,12 +57,7 @@ impl PodSyncer {
     /// file (at most 4096 bytes), or — with `FallbackToLogsOnError` and a failure — from
     /// the last lines of their log (80 lines, 2048 bytes), as the kubelet does.
     pub(crate) fn termination_messages(&self, pod: &Pod, st: &mut PodState) {
-        let spec = pod.spec.clone().unwrap_or_default();
-        for c in spec
-            .containers
-            .iter()
-            .chain(spec.init_containers.iter().flatten())
-        {
+        for c in crate::pod::containers(pod) {
             let Some(rec) = st.containers.get_mut(&c.name) else {
                 continue;
             };
