@@ -24,13 +24,17 @@ fn command(args: &[&str]) -> Vec<String> {
     args.iter().map(|a| (*a).to_owned()).collect()
 }
 
-/// A pod `name` with a `ticker` container with `env`, running.
+/// A pod `name` with a `ticker` container with `env`, running, and its instance
+/// alive: the sandbox reports Running as soon as it has started the container's task,
+/// before the instance (and its linear memory) exists, so the tests that measure the
+/// sandbox's address space wait for the first tick before they take a baseline.
 async fn running_ticker(fx: &Fixture, name: &str, env: &[(&str, &str)]) -> Result<(Pod, String)> {
     let pod = fx.pod(name).await?;
     let id = fx
         .run(&pod, &with_env(pod.container("ticker", "ticker"), env))
         .await?;
-    fx.wait_for_state(&id, ContainerState::Running).await?;
+    let status = fx.wait_for_state(&id, ContainerState::Running).await?;
+    wait_for_stdout_line(&status.log_path, "tick 1").await?;
     Ok((pod, id))
 }
 
