@@ -92,7 +92,8 @@ impl RelistHealth {
 
 /// Runs the PLEG until cancelled: per runtime, a relist on `period` and the runtime's
 /// own events, each in a task of its own, so that a runtime that hangs delays no
-/// other runtime's pods.
+/// other runtime's pods. Returns once every one of those tasks has ended, so a node
+/// that waits for this task waits for them too.
 pub async fn run(
     router: RuntimeRouter,
     period: Duration,
@@ -102,9 +103,10 @@ pub async fn run(
 ) {
     let runtimes = router.runtimes();
     health.expect(runtimes.len());
+    let mut tasks = tokio::task::JoinSet::new();
     for (i, runtime) in runtimes.into_iter().enumerate() {
-        tokio::spawn(forward_events(runtime.clone(), tx.clone(), cancel.clone()));
-        tokio::spawn(relist_loop(
+        tasks.spawn(forward_events(runtime.clone(), tx.clone(), cancel.clone()));
+        tasks.spawn(relist_loop(
             i,
             runtime,
             period,
@@ -113,7 +115,16 @@ pub async fn run(
             cancel.clone(),
         ));
     }
+    // The sender stays open until the node stops; then each task returns.
     cancel.cancelled().await;
+    drop(tx);
+    while let Some(ended) = tasks.join_next().await {
+        if let Err(e) = ended
+            && e.is_panic()
+        {
+            tracing::error!("a PLEG task panicked: {e}");
+        }
+    }
 }
 
 /// Passes a runtime's pushed events on as lifecycle events.
@@ -144,8 +155,9 @@ async fn forward_events(
             container_id: ev.container_id,
             kind,
         };
-        if tx.send(event).await.is_err() {
-            return;
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            sent = tx.send(event) => if sent.is_err() { return },
         }
     }
 }
@@ -170,15 +182,22 @@ async fn relist_loop(
             _ = tick.tick() => {}
         }
         let at = Instant::now();
-        match relist(&*runtime).await {
+        // A relist or a send that waits on a hung runtime or a full channel is given
+        // up when the node stops: it changes nothing.
+        let listed = tokio::select! {
+            () = cancel.cancelled() => return,
+            listed = relist(&*runtime) => listed,
+        };
+        match listed {
             Ok(current) => {
                 health.record(i, at, at.elapsed());
                 if std::mem::replace(&mut failing, false) {
                     tracing::info!(runtime = runtime.name(), "PLEG relist succeeds again");
                 }
                 for ev in diff(&previous, &current) {
-                    if tx.send(ev).await.is_err() {
-                        return;
+                    tokio::select! {
+                        () = cancel.cancelled() => return,
+                        sent = tx.send(ev) => if sent.is_err() { return },
                     }
                 }
                 previous = current;
@@ -313,5 +332,38 @@ mod tests {
             health.check(started, threshold).unwrap(),
             "last relist 0ns ago, took 40.0ms"
         );
+    }
+
+    /// The node waits for the PLEG task at shutdown: it ends once cancelled, with its
+    /// per-runtime tasks, even while a relist is held by a runtime that does not answer.
+    #[tokio::test]
+    async fn run_ends_with_its_tasks_when_cancelled_during_a_hung_relist() {
+        use wasmlet_testkit::fake_runtime::{Call, CallKind, FakeRuntime};
+        let fake = Arc::new(FakeRuntime::new());
+        fake.hold(CallKind::ListContainers);
+        let runtime: Arc<dyn Runtime> = fake.clone();
+        let router = RuntimeRouter::new(
+            std::collections::BTreeMap::new(),
+            std::collections::BTreeMap::from([(String::new(), runtime)]),
+            "",
+        );
+        let (tx, _rx) = mpsc::channel(1);
+        let cancel = CancellationToken::new();
+        let pleg = tokio::spawn(run(
+            router,
+            Duration::from_millis(10),
+            RelistHealth::default(),
+            tx,
+            cancel.clone(),
+        ));
+        fake.wait_for_call(|c| matches!(c, Call::ListContainers)).await;
+        cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(5), pleg)
+            .await
+            .expect("the PLEG ends when cancelled")
+            .unwrap();
+        // Its relist and event tasks went with it: nothing but the test holds the
+        // runtime.
+        assert_eq!(Arc::strong_count(&fake), 1, "a PLEG task still holds the runtime");
     }
 }

@@ -282,7 +282,8 @@ impl SyncLoop {
         self.static_pods.set(ready, pods);
     }
 
-    /// The tracker the pod workers run on (see [`PodWorkers::tasks`]).
+    /// The tracker the pod workers run on (see [`PodWorkers::tasks`]), and the
+    /// housekeeping passes' removals of orphans.
     pub fn worker_tasks(&self) -> tokio_util::task::TaskTracker {
         self.workers.tasks()
     }
@@ -468,7 +469,7 @@ impl SyncLoop {
                     .swap(true, std::sync::atomic::Ordering::AcqRel)
             {
                 let running = self.cgroup_cleanup_running.clone();
-                tokio::task::spawn_blocking(move || {
+                self.workers.tasks().spawn_blocking(move || {
                     for id in orphans {
                         match cm.remove_orphan(&id) {
                             Ok(true) => {
@@ -486,10 +487,19 @@ impl SyncLoop {
         }
         let router = self.router.clone();
         let flag = self.housekeeping_running.clone();
-        tokio::spawn(async move {
+        self.workers.tasks().spawn(async move {
             for runtime in router.runtimes() {
-                let Ok(sandboxes) = runtime.list_pod_sandboxes().await else {
-                    continue;
+                let sandboxes = match runtime.list_pod_sandboxes().await {
+                    Ok(sandboxes) => sandboxes,
+                    Err(e) => {
+                        // The next pass tries again; an outage is reported by the
+                        // runtime state manager, not once per pass here.
+                        tracing::debug!(
+                            runtime = runtime.name(),
+                            "housekeeping: listing sandboxes for orphans: {e}"
+                        );
+                        continue;
+                    }
                 };
                 for sb in sandboxes {
                     let owner = sb.labels.get(labels::POD_UID).cloned().unwrap_or_default();

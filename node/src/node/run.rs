@@ -60,12 +60,13 @@ impl Node {
 
         tracing::info!(node = %config.node_name, root_dir = %config.root_dir.display(), "wasmlet is running");
         let container_manager = managers.container_manager.clone();
+        let probes = managers.probes.clone();
         let sync_loop = sync_loop(&config, managers, names);
         let workers = sync_loop.worker_tasks();
         sync_loop.run(sources_rx, pleg_rx, cancel.clone()).await;
         drop(sources_tx);
 
-        shutdown(tasks, workers, &runtimes.wasm, container_manager).await;
+        shutdown(tasks, workers, probes, &runtimes.wasm, container_manager).await;
         drop(lock);
         Ok(())
     }
@@ -176,11 +177,12 @@ fn sync_loop(config: &NodeConfig, managers: Managers, sources: Vec<String>) -> S
 }
 
 /// Drains the node once its sync loop has returned: closes the tracker and waits, up
-/// to [`DRAIN_DEADLINE`], for its tasks and its pod workers, while the Wasm sandboxes
-/// are stopped; names what did not finish.
+/// to [`DRAIN_DEADLINE`], for its tasks, its pod workers (and housekeeping) and its
+/// probe workers, while the Wasm sandboxes are stopped; names what did not finish.
 async fn shutdown(
     tasks: Tasks,
     workers: tokio_util::task::TaskTracker,
+    probes: crate::prober::ProbeManager,
     wasm: &WasmRuntime,
     container_manager: Option<Arc<crate::cm::ContainerManager>>,
 ) {
@@ -190,6 +192,7 @@ async fn shutdown(
         workers.close();
         workers.wait().await;
     });
+    tasks.spawn("probe workers", async move { probes.shutdown().await });
     let (unfinished, ()) = tokio::join!(
         tasks.drain(DRAIN_DEADLINE),
         stop_wasm_pods(wasm, container_manager)

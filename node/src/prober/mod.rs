@@ -45,6 +45,7 @@ use k8s_openapi::api::core::v1::{Container, ContainerStatus as ApiContainerStatu
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::cluster::events::{EventRecorder, WARNING};
 use crate::pod::uid;
@@ -206,6 +207,8 @@ struct Inner {
     counts: Mutex<BTreeMap<[String; 6], u64>>,
     started: Instant,
     generations: AtomicU64,
+    /// Every worker runs on it, so that [`ProbeManager::shutdown`] can wait for them.
+    tasks: TaskTracker,
 }
 
 impl Inner {
@@ -254,6 +257,7 @@ impl ProbeManager {
                 counts: Mutex::default(),
                 started: Instant::now(),
                 generations: AtomicU64::new(0),
+                tasks: TaskTracker::new(),
             }),
         }
     }
@@ -275,6 +279,10 @@ impl ProbeManager {
                 .filter(|c| c.restart_policy.as_deref() == Some("Always")),
         );
         let mut workers = self.inner.workers.lock().unwrap();
+        if self.inner.tasks.is_closed() {
+            // The node is stopping (checked under the lock `shutdown` drains under).
+            return;
+        }
         let Workers { live, ended } = &mut *workers;
         let ended = ended.get(pod_uid);
         for c in containers {
@@ -312,7 +320,7 @@ impl ProbeManager {
                     delay_until: Instant::now(),
                 };
                 live.insert(key, handle);
-                tokio::spawn(worker.run());
+                self.inner.tasks.spawn(worker.run());
             }
         }
     }
@@ -394,6 +402,20 @@ impl ProbeManager {
             .unwrap()
             .get(&(container_id.to_owned(), kind))
             .map(|(r, _)| *r)
+    }
+
+    /// The node is stopping: stops every worker, starts none after, and returns once
+    /// they have all ended (a probe in flight is cancelled, not awaited). Their last
+    /// results stay readable.
+    pub async fn shutdown(&self) {
+        self.inner.tasks.close();
+        {
+            let mut workers = self.inner.workers.lock().unwrap();
+            for (_, handle) in workers.live.drain() {
+                handle.cancel.cancel();
+            }
+        }
+        self.inner.tasks.wait().await;
     }
 
     /// Number of live workers.

@@ -324,6 +324,34 @@ async fn a_hung_handler_counts_as_a_failure_and_removal_stops_every_worker() {
     assert_eq!(h.result("id1", ProbeKind::Readiness), None);
 }
 
+/// At the node's shutdown every worker ends, a hung probe with them, and no pod that
+/// is synced after it gets workers again.
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_every_worker_and_starts_no_more() {
+    use ProbeResult::*;
+    let script = Arc::new(Script {
+        hang: true,
+        ..Arc::into_inner(Script::new(&[], Success)).unwrap()
+    });
+    let h = harness(script);
+    let p = pod(serde_json::json!({
+        "readinessProbe": {"httpGet": {"port": 80}, "periodSeconds": 10, "timeoutSeconds": 60},
+        "livenessProbe": {"exec": {"command": ["x"]}, "periodSeconds": 10, "timeoutSeconds": 60},
+    }));
+    h.start(&p, running("id1", true)).await;
+    h.run_for(12).await;
+    assert_eq!(h.script.calls.lock().unwrap().len(), 2, "both probes are in flight");
+
+    tokio::time::timeout(Duration::from_secs(1), h.probes.shutdown())
+        .await
+        .expect("shutdown does not wait for the hung probes' timeouts");
+    assert_eq!(h.probes.workers(), 0);
+    assert!(h.probes.inner.tasks.is_empty(), "a worker task outlived shutdown");
+
+    h.probes.add_pod(&p);
+    assert_eq!(h.probes.workers(), 0, "a worker was started after shutdown");
+}
+
 #[tokio::test(start_paused = true)]
 async fn probes_of_a_finished_pod_end() {
     let script = Script::new(&[], ProbeResult::Success);
