@@ -356,7 +356,8 @@ mod tests {
             tx,
             cancel.clone(),
         ));
-        fake.wait_for_call(|c| matches!(c, Call::ListContainers)).await;
+        fake.wait_for_call(|c| matches!(c, Call::ListContainers))
+            .await;
         cancel.cancel();
         tokio::time::timeout(Duration::from_secs(5), pleg)
             .await
@@ -364,6 +365,10 @@ mod tests {
             .unwrap();
         // Its relist and event tasks went with it: nothing but the test holds the
         // runtime.
-        assert_eq!(Arc::strong_count(&fake), 1, "a PLEG task still holds the runtime");
+        assert_eq!(
+            Arc::strong_count(&fake),
+            1,
+            "a PLEG task still holds the runtime"
+        );
     }
 }
