@@ -139,8 +139,8 @@ mod tests {
                 .unwrap()
                 .starts_with("container runtime not ready: RuntimeReady=false")
         );
-        let down = problem(Err(wasmlet_runtime::Error::Unavailable(
-            "Status: connecting to /run/x.sock: No such file".into(),
+        let down = problem(Err(wasmlet_runtime::Error::unavailable(
+            "Status: connecting to /run/x.sock: No such file",
         )))
         .unwrap();
         assert!(down.starts_with("container runtime is down: "), "{down}");

@@ -666,8 +666,12 @@ impl PodSyncer {
                         .await;
                     let rec = st.containers.get_mut(&c.name).expect("present above");
                     rec.probe_killed = true;
-                    if let Ok(now_status) = runtime.container_status(&id).await {
-                        rec.current = Some(now_status);
+                    match runtime.container_status(&id).await {
+                        Ok(now_status) => rec.current = Some(now_status),
+                        // Decided on what was known before the kill; the next sync sees more.
+                        Err(e) => {
+                            tracing::warn!(pod = %full_name(pod), container = %c.name, id = %id, error = %e, "reading the container's status after its probe kill")
+                        }
                     }
                     // Then as it stands now: restarted, or still running.
                     inputs.to_mut().failed_probes.remove(&c.name);
@@ -807,16 +811,29 @@ impl PodSyncer {
     /// this worker never synced (the node restarted meanwhile) first adopts what the
     /// runtime still runs for it, so that is stopped gracefully too.
     pub async fn kill_pod(&self, pod: &Pod, st: &mut PodState, grace: Duration) {
-        if !st.adopted
-            && st.runtime.is_none()
-            && let Ok((runtime, handler)) = self.router.for_pod(pod)
-        {
-            st.runtime_name = id_scheme(&*runtime)
-                .await
-                .unwrap_or_else(|_| runtime.name().to_owned());
-            let _ = self.adopt_on_draft(&*runtime, pod, st).await;
-            st.runtime = Some(runtime);
-            st.handler = handler;
+        if !st.adopted && st.runtime.is_none() {
+            match self.router.for_pod(pod) {
+                Ok((runtime, handler)) => {
+                    st.runtime_name = match id_scheme(&*runtime).await {
+                        Ok(scheme) => scheme,
+                        Err(e) => {
+                            tracing::warn!(pod = %full_name(pod), runtime = runtime.name(), error = %e, "reading the runtime's container id scheme while killing the pod; using its name");
+                            runtime.name().to_owned()
+                        }
+                    };
+                    // Whatever it did not find is not stopped gracefully; housekeeping
+                    // removes it later.
+                    if let Err(e) = self.adopt_on_draft(&*runtime, pod, st).await {
+                        tracing::warn!(pod = %full_name(pod), runtime = runtime.name(), error = %e, "adopting what the runtime runs for the pod before killing it");
+                    }
+                    st.runtime = Some(runtime);
+                    st.handler = handler;
+                }
+                // No runtime for it: this node cannot have started anything for it.
+                Err(message) => {
+                    tracing::debug!(pod = %full_name(pod), "no runtime to kill the pod in: {message}")
+                }
+            }
         }
         if let Some(runtime) = st.runtime.clone() {
             self.stop_running(pod, st, &*runtime, grace).await;

@@ -269,10 +269,8 @@ async fn init_containers_run_one_at_a_time_and_hold_the_regular_ones_back() {
 async fn a_failed_sandbox_creation_is_retried_on_the_next_sync() {
     let h = harness();
     let pod = pod("uid-s", "Always", &["app"]);
-    h.fake.fail_next(
-        CallKind::RunPodSandbox,
-        Error::Unavailable("no network".into()),
-    );
+    h.fake
+        .fail_next(CallKind::RunPodSandbox, Error::unavailable("no network"));
     let mut st = PodState::default();
     let out = h.syncer.sync_pod(&pod, &mut st).await;
     assert_eq!(

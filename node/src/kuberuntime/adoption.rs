@@ -76,7 +76,14 @@ impl PodSyncer {
             );
             let mut config = self.sandbox_config(pod, st);
             config.metadata.attempt = newest.metadata.attempt;
-            let status = runtime.pod_sandbox_status(&newest.id).await.ok();
+            let status = match runtime.pod_sandbox_status(&newest.id).await {
+                Ok(status) => Some(status),
+                // Adopted without its IP; the next refresh reads it again.
+                Err(e) => {
+                    tracing::warn!(pod = %name, sandbox = %newest.id, error = %e, "reading the adopted sandbox's status");
+                    None
+                }
+            };
             let ready = newest.state == SandboxState::Ready;
             tracing::info!(pod = %name, sandbox = %newest.id, ready, "adopted the pod's sandbox");
             st.sandbox = Some(SandboxRecord {

@@ -28,11 +28,15 @@ impl PodSyncer {
         // Wasm guest has no uid (see docs/decisions.md).
         if caps.image_user {
             let image = c.image.clone().unwrap_or_default();
-            let user = runtime
-                .image_status(&image)
-                .await
-                .ok()
-                .flatten()
+            let status = match runtime.image_status(&image).await {
+                Ok(status) => status,
+                // Checked as an image with no user: runAsNonRoot then needs runAsUser.
+                Err(e) => {
+                    tracing::warn!(pod = %full_name(pod), container = %c.name, image = %image, error = %e, "reading the image's user for runAsNonRoot");
+                    None
+                }
+            };
+            let user = status
                 .map(|i| (i.uid, i.username))
                 .unwrap_or((None, String::new()));
             let spec = pod.spec.clone().unwrap_or_default();

@@ -133,11 +133,14 @@ impl PodSyncer {
             Ok(id) => {
                 st.sandbox_attempts += 1;
                 st.sandbox_error = None;
-                let ip = runtime
-                    .pod_sandbox_status(&id)
-                    .await
-                    .ok()
-                    .and_then(|s| s.ip);
+                let ip = match runtime.pod_sandbox_status(&id).await {
+                    Ok(status) => status.ip,
+                    // Without an IP until the next refresh reads it.
+                    Err(e) => {
+                        tracing::warn!(pod = %full_name(pod), sandbox = %id, error = %e, "reading the new sandbox's status");
+                        None
+                    }
+                };
                 st.sandbox = Some(SandboxRecord {
                     id,
                     ready: true,

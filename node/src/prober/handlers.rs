@@ -536,8 +536,8 @@ mod tests {
         assert_eq!(exec_error(&command, timeout).result, ProbeResult::Failure);
         // Whatever its text says.
         for e in [
-            wasmlet_runtime::Error::Internal("context deadline exceeded".into()),
-            wasmlet_runtime::Error::Unavailable("timeout dialing".into()),
+            wasmlet_runtime::Error::internal("context deadline exceeded"),
+            wasmlet_runtime::Error::unavailable("timeout dialing"),
             wasmlet_runtime::Error::not_found("container", "c1"),
         ] {
             assert_eq!(exec_error(&command, e).result, ProbeResult::Unknown);

@@ -340,13 +340,20 @@ async fn shutdown_waits_for_every_worker_and_starts_no_more() {
     }));
     h.start(&p, running("id1", true)).await;
     h.run_for(12).await;
-    assert_eq!(h.script.calls.lock().unwrap().len(), 2, "both probes are in flight");
+    assert_eq!(
+        h.script.calls.lock().unwrap().len(),
+        2,
+        "both probes are in flight"
+    );
 
     tokio::time::timeout(Duration::from_secs(1), h.probes.shutdown())
         .await
         .expect("shutdown does not wait for the hung probes' timeouts");
     assert_eq!(h.probes.workers(), 0);
-    assert!(h.probes.inner.tasks.is_empty(), "a worker task outlived shutdown");
+    assert!(
+        h.probes.inner.tasks.is_empty(),
+        "a worker task outlived shutdown"
+    );
 
     h.probes.add_pod(&p);
     assert_eq!(h.probes.workers(), 0, "a worker was started after shutdown");

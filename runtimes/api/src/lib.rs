@@ -12,7 +12,7 @@ pub mod error;
 pub mod reference;
 pub mod types;
 
-pub use error::{Error, Result};
+pub use error::{BoxError, Error, Result};
 pub use types::*;
 
 use std::time::Duration;

@@ -56,6 +56,9 @@ impl<'a> Op<'a> {
 /// - `Unimplemented` becomes [`Error::Unsupported`];
 /// - `InvalidArgument` and `FailedPrecondition` keep their meaning;
 /// - anything else is [`Error::Internal`] with the code and the runtime's message.
+///
+/// [`Error::Unavailable`] and [`Error::Internal`] keep the `Status` itself as their
+/// [`source`](std::error::Error::source), so a caller can still read its code.
 pub(crate) fn from_status(op: &Op<'_>, status: tonic::Status) -> Error {
     let message = status.message().to_owned();
     let timeout = || Error::Timeout {
@@ -64,23 +67,30 @@ pub(crate) fn from_status(op: &Op<'_>, status: tonic::Status) -> Error {
     };
     match status.code() {
         Code::NotFound => Error::not_found(op.kind, op.id),
-        Code::Unavailable => Error::Unavailable(format!("{}: {message}", op.rpc)),
+        Code::Unavailable => Error::Unavailable {
+            message: format!("{}: {message}", op.rpc),
+            source: Some(status.into()),
+        },
         Code::DeadlineExceeded => timeout(),
         Code::Cancelled if caused_by::<tonic::TimeoutExpired>(&status) || op.deadline_passed() => {
             timeout()
         }
         // A status that carries a source was made by the client from a local error
         // (connect, I/O, HTTP/2), not sent by the runtime: the runtime is unreachable.
-        Code::Unknown if status.source().is_some() => {
-            Error::Unavailable(format!("{}: {}", op.rpc, describe(&status)))
-        }
+        Code::Unknown if status.source().is_some() => Error::Unavailable {
+            message: format!("{}: {}", op.rpc, describe(&status)),
+            source: Some(status.into()),
+        },
         Code::InvalidArgument => Error::InvalidArgument(format!("{}: {message}", op.rpc)),
         Code::FailedPrecondition => Error::FailedPrecondition(format!("{}: {message}", op.rpc)),
         Code::Unimplemented => Error::Unsupported {
             runtime: "cri".to_owned(),
             operation: op.rpc,
         },
-        code => Error::Internal(format!("{} failed ({code:?}): {message}", op.rpc)),
+        code => Error::Internal {
+            message: format!("{} failed ({code:?}): {message}", op.rpc),
+            source: Some(status.into()),
+        },
     }
 }
 
@@ -131,7 +141,7 @@ mod tests {
             ),
             (
                 tonic::Status::unavailable("down"),
-                |e| matches!(e, Error::Unavailable(m) if m.contains("down") && m.contains("StopContainer")),
+                |e| matches!(e, Error::Unavailable { message: m, .. } if m.contains("down") && m.contains("StopContainer")),
             ),
             (
                 tonic::Status::deadline_exceeded("slow"),
@@ -156,16 +166,16 @@ mod tests {
             }),
             (
                 tonic::Status::internal("boom"),
-                |e| matches!(e, Error::Internal(m) if m.contains("boom") && m.contains("Internal")),
+                |e| matches!(e, Error::Internal { message: m, .. } if m.contains("boom") && m.contains("Internal")),
             ),
             // Sent by the runtime as Unknown: no source, so it is the runtime's error.
             (
                 tonic::Status::unknown("runc failed"),
-                |e| matches!(e, Error::Internal(m) if m.contains("runc failed")),
+                |e| matches!(e, Error::Internal { message: m, .. } if m.contains("runc failed")),
             ),
             // A plain Cancelled from the runtime is not our deadline.
             (tonic::Status::cancelled("ctx"), |e| {
-                matches!(e, Error::Internal(_))
+                matches!(e, Error::Internal { .. })
             }),
         ];
         for (status, expect) in cases {
@@ -182,7 +192,7 @@ mod tests {
         assert_eq!(status.code(), Code::Unknown);
         let err = from_status(&op(), status);
         assert!(
-            matches!(&err, Error::Unavailable(m) if m.contains("No such file")),
+            matches!(&err, Error::Unavailable { message: m, .. } if m.contains("No such file")),
             "{err:?}"
         );
     }
@@ -192,7 +202,7 @@ mod tests {
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
         let status = tonic::Status::from_error(Box::new(tonic::ConnectError(Box::new(io))));
         let err = from_status(&op(), status);
-        assert!(matches!(&err, Error::Unavailable(_)), "{err:?}");
+        assert!(matches!(&err, Error::Unavailable { .. }), "{err:?}");
     }
 
     #[test]
@@ -216,5 +226,52 @@ mod tests {
             matches!(err, Error::Timeout { operation: "StopContainer", after } if after == Duration::from_secs(3)),
             "{err:?}"
         );
+    }
+
+    /// The `Status` a mapped error came from, as its source.
+    fn status_of(err: &Error) -> &tonic::Status {
+        err.source()
+            .and_then(|s| s.downcast_ref::<tonic::Status>())
+            .unwrap_or_else(|| panic!("{err:?} does not keep its Status"))
+    }
+
+    #[test]
+    fn mapped_errors_keep_the_status_as_their_source() {
+        for status in [
+            tonic::Status::unavailable("down"),
+            tonic::Status::internal("boom"),
+            tonic::Status::unknown("runc failed"),
+            tonic::Status::resource_exhausted("no space"),
+        ] {
+            let (code, message) = (status.code(), status.message().to_owned());
+            let err = from_status(&op(), status);
+            assert!(
+                matches!(err, Error::Unavailable { .. } | Error::Internal { .. }),
+                "{err:?}"
+            );
+            let source = status_of(&err);
+            assert_eq!(source.code(), code);
+            assert_eq!(source.message(), message);
+            // The text is still the one the node shows: the runtime's message in it.
+            assert!(err.to_string().contains(&message), "{err}");
+        }
+    }
+
+    #[test]
+    fn transport_errors_keep_their_cause_reachable() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        let status = tonic::Status::from_error(Box::new(io));
+        let err = from_status(&op(), status);
+        assert_eq!(status_of(&err).code(), Code::Unknown);
+        // Status -> io::Error: the ErrorKind is still there for a caller that asks.
+        let mut cause = err.source();
+        let mut kind = None;
+        while let Some(e) = cause {
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                kind = Some(io.kind());
+            }
+            cause = e.source();
+        }
+        assert_eq!(kind, Some(std::io::ErrorKind::NotFound), "{err:?}");
     }
 }

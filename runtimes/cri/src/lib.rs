@@ -311,7 +311,7 @@ impl Runtime for CriRuntime {
             .map_err(|s| from_status(&op, s))?
             .into_inner();
         if response.pod_sandbox_id.is_empty() {
-            return Err(Error::Internal(format!(
+            return Err(Error::internal(format!(
                 "RunPodSandbox for pod {}/{} returned no sandbox id",
                 config.metadata.namespace, config.metadata.name
             )));
@@ -360,7 +360,7 @@ impl Runtime for CriRuntime {
             .map_err(|s| from_status(&op, s))?
             .into_inner();
         let status = response.status.ok_or_else(|| {
-            Error::Internal(format!(
+            Error::internal(format!(
                 "PodSandboxStatus of {sandbox_id} returned no status"
             ))
         })?;
@@ -404,7 +404,7 @@ impl Runtime for CriRuntime {
             .map_err(|s| from_status(&op, s))?
             .into_inner();
         if response.container_id.is_empty() {
-            return Err(Error::Internal(format!(
+            return Err(Error::internal(format!(
                 "CreateContainer of {:?} in sandbox {sandbox_id} returned no container id",
                 config.metadata.name
             )));
@@ -521,7 +521,7 @@ impl Runtime for CriRuntime {
             .into_inner()
             .status
             .ok_or_else(|| {
-                Error::Internal(format!(
+                Error::internal(format!(
                     "ContainerStatus of {container_id} returned no status"
                 ))
             })?;
@@ -551,21 +551,20 @@ impl Runtime for CriRuntime {
             .await
             .map_err(|status| match from_status(&op, status) {
                 // The runtime could not be asked: retry, not ErrImagePull.
-                e @ (Error::Unavailable(_) | Error::Timeout { .. }) => e,
-                other => Error::ImagePull {
+                e @ (Error::Unavailable { .. } | Error::Timeout { .. }) => e,
+                not_found @ Error::NotFound { .. } => Error::ImagePull {
                     image: image.to_owned(),
-                    message: match other {
-                        Error::NotFound { .. } => "not found".to_owned(),
-                        other => other.to_string(),
-                    },
+                    message: "not found".to_owned(),
+                    source: Some(not_found.into()),
                 },
+                other => Error::image_pull_from(image, other),
             })?
             .into_inner();
         if response.image_ref.is_empty() {
-            return Err(Error::ImagePull {
-                image: image.to_owned(),
-                message: "the runtime returned no image reference".to_owned(),
-            });
+            return Err(Error::image_pull(
+                image,
+                "the runtime returned no image reference",
+            ));
         }
         Ok(response.image_ref)
     }
@@ -704,7 +703,7 @@ mod tests {
     #[test]
     fn stop_and_remove_are_idempotent() {
         assert!(idempotent(Err(Error::not_found("container", "c"))).is_ok());
-        assert!(idempotent(Err(Error::Unavailable("down".into()))).is_err());
+        assert!(idempotent(Err(Error::unavailable("down"))).is_err());
         assert!(idempotent(Ok(())).is_ok());
     }
 }

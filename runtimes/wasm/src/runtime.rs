@@ -113,7 +113,7 @@ impl Refused {
         match self.kind {
             Some(ErrorKind::FailedPrecondition) => Error::FailedPrecondition(self.message),
             Some(ErrorKind::InvalidArgument) => Error::InvalidArgument(self.message),
-            Some(ErrorKind::DeadlineExceeded) | None => Error::Internal(self.message),
+            Some(ErrorKind::DeadlineExceeded) | None => Error::internal(self.message),
         }
     }
 }
@@ -146,12 +146,11 @@ const MAX_SOCKET_PATH: usize = 107;
 impl WasmRuntime {
     /// Opens the image store and returns a runtime with no sandboxes.
     pub fn new(config: WasmRuntimeConfig) -> Result<Self> {
-        let images =
-            ImageStore::open(&config.image_dir).map_err(|e| Error::Internal(e.to_string()))?;
+        let images = ImageStore::open(&config.image_dir).map_err(Error::internal_source)?;
         std::fs::create_dir_all(&config.compile_cache_dir)
-            .map_err(|e| Error::Internal(format!("{}: {e}", config.compile_cache_dir.display())))?;
+            .map_err(|e| Error::internal_from(config.compile_cache_dir.display(), e))?;
         std::fs::create_dir_all(&config.state_dir)
-            .map_err(|e| Error::Internal(format!("{}: {e}", config.state_dir.display())))?;
+            .map_err(|e| Error::internal_from(config.state_dir.display(), e))?;
         let (events, _) = broadcast::channel(1024);
         Ok(WasmRuntime {
             inner: Arc::new(Inner {
@@ -324,15 +323,18 @@ impl WasmRuntime {
             };
             if let Err(e) = w.write_all(&line).await {
                 sandbox.pending.lock().unwrap().remove(&id);
-                return Err(Error::Unavailable(format!("sandbox {}: {e}", sandbox.id)));
+                return Err(Error::unavailable_from(
+                    format_args!("sandbox {}", sandbox.id),
+                    e,
+                ));
             }
         }
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(_)) => Err(Error::Unavailable(format!(
-                "sandbox {} went away",
-                sandbox.id
-            ))),
+            Ok(Err(closed)) => Err(Error::Unavailable {
+                message: format!("sandbox {} went away", sandbox.id),
+                source: Some(closed.into()),
+            }),
             Err(_) => {
                 sandbox.pending.lock().unwrap().remove(&id);
                 Err(Error::Timeout {
@@ -662,7 +664,7 @@ fn cgroup_error(e: cgroup::Error) -> Error {
         cgroup::Error::InvalidParent { .. } => Error::InvalidArgument(e.to_string()),
         // The node makes the pod cgroup before the sandbox; it retries after it has.
         cgroup::Error::Missing { .. } => Error::FailedPrecondition(e.to_string()),
-        cgroup::Error::Io { .. } => Error::Internal(e.to_string()),
+        cgroup::Error::Io { .. } => Error::internal_source(e),
     }
 }
 
@@ -670,7 +672,7 @@ fn image_error(image: &str, e: ImageError) -> Error {
     match e {
         ImageError::NotFound(_) => Error::not_found("image", image),
         ImageError::BadReference(m) => Error::InvalidArgument(m),
-        other => Error::Internal(other.to_string()),
+        other => Error::internal_source(other),
     }
 }
 
@@ -747,7 +749,7 @@ impl Runtime for WasmRuntime {
             None => None,
         };
         let internal = |what: &str, e: std::io::Error| {
-            Error::Internal(format!("{what} {}: {e}", dir.display()))
+            Error::internal_from(format!("{what} {}", dir.display()), e)
         };
         std::fs::create_dir_all(&dir).map_err(|e| internal("creating", e))?;
         let log = std::fs::File::create(dir.join("sandbox.log"))
@@ -786,10 +788,13 @@ impl Runtime for WasmRuntime {
                 Some(parent) => format!(" in pod cgroup {parent}"),
                 None => String::new(),
             };
-            Error::Internal(format!(
-                "cannot start sandbox process {}{placed}: {e}",
-                cmd.program.display()
-            ))
+            Error::internal_from(
+                format!(
+                    "cannot start sandbox process {}{placed}",
+                    cmd.program.display()
+                ),
+                e,
+            )
         })?;
         // Before the sandbox is even listening, so before any guest can run.
         if let (Some(adj), Some(pid)) = (config.oom_score_adj, child.id()) {
@@ -802,7 +807,7 @@ impl Runtime for WasmRuntime {
                 Err(e) => {
                     let _ = child.start_kill();
                     let _ = std::fs::remove_dir_all(&dir);
-                    return Err(Error::Internal(format!("sandbox process {pid}: {e}")));
+                    return Err(Error::internal_from(format!("sandbox process {pid}"), e));
                 }
             }
         }
@@ -829,7 +834,7 @@ impl Runtime for WasmRuntime {
                         let log =
                             std::fs::read_to_string(dir.join("sandbox.log")).unwrap_or_default();
                         let _ = std::fs::remove_dir_all(&dir);
-                        return Err(Error::Internal(format!(
+                        return Err(Error::internal(format!(
                             "sandbox process exited ({status}) before listening: {}",
                             log.trim()
                         )));
@@ -1124,12 +1129,13 @@ impl Runtime for WasmRuntime {
     async fn pull_image(&self, image: &str) -> Result<String> {
         match self.inner.images.resolve(image) {
             Ok(entry) => Ok(entry.image.manifest_digest),
-            Err(ImageError::NotFound(_)) => Err(Error::ImagePull {
+            Err(e @ ImageError::NotFound(_)) => Err(Error::ImagePull {
                 image: image.to_owned(),
                 message: "not in the node's image store, and registry pulls are not supported \
                           yet: import it with `wasmlet images import` or place its OCI archive \
                           in <root-dir>/images"
                     .into(),
+                source: Some(e.into()),
             }),
             Err(e) => Err(image_error(image, e)),
         }
@@ -1148,11 +1154,7 @@ impl Runtime for WasmRuntime {
     }
 
     async fn list_images(&self) -> Result<Vec<Image>> {
-        let entries = self
-            .inner
-            .images
-            .list()
-            .map_err(|e| Error::Internal(e.to_string()))?;
+        let entries = self.inner.images.list().map_err(Error::internal_source)?;
         let mut by_id: HashMap<String, Image> = HashMap::new();
         for e in entries {
             let image = by_id
@@ -1182,8 +1184,8 @@ impl Runtime for WasmRuntime {
         let images = self.inner.images.clone();
         let (bytes, inodes) = tokio::task::spawn_blocking(move || images.usage())
             .await
-            .map_err(|e| Error::Internal(format!("measuring the image store: {e}")))?
-            .map_err(|e| Error::Internal(format!("measuring the image store: {e}")))?;
+            .map_err(|e| Error::internal_from("measuring the image store", e))?
+            .map_err(|e| Error::internal_from("measuring the image store", e))?;
         Ok(vec![FilesystemUsage {
             timestamp: Timestamp::now(),
             mountpoint: self.inner.images.root().to_owned(),
@@ -1241,7 +1243,7 @@ impl Runtime for WasmRuntime {
                 stdout: out.stdout,
                 stderr: out.stderr,
             }),
-            Ok(_) => Err(Error::Internal(format!(
+            Ok(_) => Err(Error::internal(format!(
                 "sandbox {}: an exec reply without its outcome",
                 sandbox.id
             ))),
@@ -1266,5 +1268,76 @@ fn sandbox_state(s: &SandboxHandle) -> SandboxState {
         SandboxState::NotReady
     } else {
         SandboxState::Ready
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+    use std::path::Path;
+
+    use super::*;
+
+    fn config(dir: &Path) -> WasmRuntimeConfig {
+        WasmRuntimeConfig {
+            image_dir: dir.join("images"),
+            compile_cache_dir: dir.join("compile-cache"),
+            state_dir: dir.join("sandboxes"),
+            sandbox: SandboxCommand {
+                program: "/nonexistent/wasmlet-sandbox".into(),
+                args: vec![],
+            },
+            cgroup_mount_root: dir.join("cgroup"),
+        }
+    }
+
+    /// The first `io::Error` in `err`'s chain of causes.
+    fn io_cause(err: &Error) -> Option<&std::io::Error> {
+        let mut cause = err.source();
+        while let Some(e) = cause {
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                return Some(io);
+            }
+            cause = e.source();
+        }
+        None
+    }
+
+    #[test]
+    fn an_image_dir_that_is_a_file_keeps_its_io_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
+        std::fs::write(&config.image_dir, b"not a directory").unwrap();
+        let Err(err) = WasmRuntime::new(config) else {
+            panic!("an image dir that is a file must fail");
+        };
+        assert!(matches!(err, Error::Internal { .. }), "{err:?}");
+        let store = err
+            .source()
+            .and_then(|s| s.downcast_ref::<ImageError>())
+            .unwrap_or_else(|| panic!("the image store's error is the source: {err:?}"));
+        assert!(matches!(store, ImageError::Io { .. }), "{store:?}");
+        let io = io_cause(&err).expect("an io::Error below");
+        assert_eq!(io.kind(), std::io::ErrorKind::NotADirectory, "{io:?}");
+        // The text still says it all.
+        assert_eq!(err.to_string(), store.to_string());
+        assert!(err.to_string().contains(&io.to_string()), "{err}");
+    }
+
+    #[test]
+    fn a_state_dir_that_is_a_file_keeps_its_io_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
+        std::fs::write(&config.state_dir, b"not a directory").unwrap();
+        let state_dir = config.state_dir.clone();
+        let Err(err) = WasmRuntime::new(config) else {
+            panic!("a state dir that is a file must fail");
+        };
+        let io = err
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .unwrap_or_else(|| panic!("the io::Error is the source: {err:?}"));
+        assert_eq!(io.kind(), std::io::ErrorKind::AlreadyExists, "{io:?}");
+        assert_eq!(err.to_string(), format!("{}: {io}", state_dir.display()));
     }
 }

@@ -837,10 +837,7 @@ impl Runtime for FakeRuntime {
     async fn pull_image(&self, image: &str) -> Result<String> {
         self.begin(Call::PullImage(image.to_owned())).await?;
         if self.state().missing_images.contains(image) {
-            return Err(Error::ImagePull {
-                image: image.to_owned(),
-                message: "manifest unknown (fake runtime)".into(),
-            });
+            return Err(Error::image_pull(image, "manifest unknown (fake runtime)"));
         }
         self.add_image(image);
         Ok(image_id(image))
@@ -1088,10 +1085,10 @@ mod tests {
     #[tokio::test]
     async fn a_scripted_failure_fails_only_the_next_call_of_its_kind() {
         let fake = FakeRuntime::new();
-        fake.fail_next(CallKind::RunPodSandbox, Error::Unavailable("down".into()));
+        fake.fail_next(CallKind::RunPodSandbox, Error::unavailable("down"));
         let sc = sandbox_config("uid-1");
         let err = fake.run_pod_sandbox(&sc).await.unwrap_err();
-        assert!(matches!(err, Error::Unavailable(_)), "{err}");
+        assert!(matches!(err, Error::Unavailable { .. }), "{err}");
         assert!(fake.sandboxes().is_empty(), "nothing made");
         fake.run_pod_sandbox(&sc).await.unwrap();
         assert_eq!(fake.sandboxes().len(), 1);

@@ -83,12 +83,12 @@ async fn connects_lazily_and_recovers_when_the_socket_appears() {
     let runtime = CriRuntime::connect(config(&path)).expect("a dead runtime does not fail connect");
 
     let err = runtime.version().await.unwrap_err();
-    assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     let err = runtime.list_containers().await.unwrap_err();
-    assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     let err = runtime.pull_image("registry.local/x:1").await.unwrap_err();
     assert!(
-        matches!(err, Error::Unavailable(_)),
+        matches!(err, Error::Unavailable { .. }),
         "a dead runtime is not an image pull error: {err:?}"
     );
 
@@ -105,7 +105,7 @@ async fn connects_lazily_and_recovers_when_the_socket_appears() {
     // The runtime restarts: calls fail while it is gone and work again after.
     server.stop().await;
     let err = runtime.list_pod_sandboxes().await.unwrap_err();
-    assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     let server = fake.serve(&path);
     assert!(runtime.list_pod_sandboxes().await.unwrap().is_empty());
     server.stop().await;
@@ -116,7 +116,7 @@ async fn unavailable_names_the_missing_socket() {
     let (_dir, path) = socket_dir();
     let runtime = CriRuntime::connect(config(&path)).unwrap();
     let err = runtime.status().await.unwrap_err();
-    let Error::Unavailable(message) = &err else {
+    let Error::Unavailable { message, source } = &err else {
         panic!("{err:?}")
     };
     assert!(message.contains("Status"), "{message}");
@@ -128,6 +128,21 @@ async fn unavailable_names_the_missing_socket() {
         message.contains(&path.display().to_string()),
         "the socket is named: {message}"
     );
+    // The cause itself is kept too: the client's Status, and below it the io::Error.
+    let status = source
+        .as_deref()
+        .and_then(|s| s.downcast_ref::<tonic::Status>())
+        .unwrap_or_else(|| panic!("the Status is the source: {err:?}"));
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    let mut cause = std::error::Error::source(&err);
+    let mut kind = None;
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            kind = Some(io.kind());
+        }
+        cause = e.source();
+    }
+    assert_eq!(kind, Some(std::io::ErrorKind::NotFound), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -368,7 +383,7 @@ async fn images() {
     );
 
     let err = r.pull_image("docker.io/library/nope:1").await.unwrap_err();
-    let Error::ImagePull { image, message } = &err else {
+    let Error::ImagePull { image, message, .. } = &err else {
         panic!("{err:?}")
     };
     assert_eq!(image, "docker.io/library/nope:1");

@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use wasmlet_runtime::{Error, Runtime};
+use wasmlet_runtime_wasm::image::ImageError;
 
 use crate::fixture::{Fixture, example_ref};
 
@@ -39,9 +40,19 @@ async fn pulling_a_missing_image_says_how_to_import_it() -> Result<()> {
     let missing = "localhost/wasmlet-examples/ghost:latest";
 
     match fx.runtime.pull_image(missing).await.unwrap_err() {
-        Error::ImagePull { image, message } => {
+        Error::ImagePull {
+            image,
+            message,
+            source,
+        } => {
             assert_eq!(image, missing);
             assert!(message.contains("wasmlet images import"), "{message}");
+            // The store's own answer is kept for a caller that inspects it.
+            let store = source
+                .as_deref()
+                .and_then(|s| s.downcast_ref::<ImageError>())
+                .expect("the image store's error is the source");
+            assert!(matches!(store, ImageError::NotFound(_)), "{store:?}");
         }
         other => panic!("expected ImagePull, got {other:?}"),
     }
