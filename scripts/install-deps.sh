@@ -27,3 +27,11 @@ if ! command -v cargo >/dev/null; then
   echo "cargo (rustup's) is required on PATH" >&2
   exit 1
 fi
+
+# The node API's logs tests drive the real kubectl (v1.32) through the test API
+# server. It comes with the machine (its apt source is not reachable from here), so it
+# is checked, not installed.
+if ! command -v kubectl >/dev/null; then
+  echo "kubectl (v1.32) is required on PATH for the node API tests; it cannot be installed from the registries this machine reaches" >&2
+  exit 1
+fi

@@ -13,7 +13,13 @@ use std::time::Duration;
 use clap::Args;
 use serde::Deserialize;
 
+mod node_api;
 mod sections;
+
+pub use node_api::{
+    AuthnConfig, AuthzMode, DEFAULT_CACHE_AUTHORIZED_TTL, DEFAULT_CACHE_UNAUTHORIZED_TTL,
+    DEFAULT_TOKEN_CACHE_TTL, NodeApiSettings, TlsSettings,
+};
 
 /// The kubelet flags wasmlet shares, plus its own.
 #[derive(Args, Clone, Debug, Default)]
@@ -100,6 +106,27 @@ pub struct NodeFlags {
     /// Make the QoS and pod cgroup hierarchy (default true).
     #[arg(long, value_name = "BOOL")]
     pub cgroups_per_qos: Option<bool>,
+    /// Where the node API's certificates are kept (default `<root-dir>/pki`).
+    #[arg(long, value_name = "DIR")]
+    pub cert_dir: Option<PathBuf>,
+    /// The node API's serving certificate (PEM; with `--tls-private-key-file`).
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The key of `--tls-cert-file` (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// CA bundle that client certificates of the node API are verified against.
+    #[arg(long, value_name = "FILE")]
+    pub client_ca_file: Option<PathBuf>,
+    /// Serve node API requests without credentials as `system:anonymous`.
+    #[arg(long, value_name = "BOOL")]
+    pub anonymous_auth: Option<bool>,
+    /// Authenticate bearer tokens through the API server's TokenReview.
+    #[arg(long, value_name = "BOOL")]
+    pub authentication_token_webhook: Option<bool>,
+    /// `AlwaysAllow` or `Webhook` (SubjectAccessReview).
+    #[arg(long, value_name = "MODE")]
+    pub authorization_mode: Option<String>,
 }
 
 /// The fields of `KubeletConfiguration` (kubelet.config.k8s.io/v1beta1) wasmlet reads.
@@ -148,6 +175,12 @@ struct KubeletConfiguration {
     cpu_cfs_quota_period: Option<String>,
     pod_pids_limit: Option<i64>,
     enforce_node_allocatable: Option<Vec<String>>,
+    tls_cert_file: Option<PathBuf>,
+    tls_private_key_file: Option<PathBuf>,
+    tls_cipher_suites: Option<Vec<String>>,
+    tls_min_version: Option<String>,
+    authentication: Option<node_api::AuthenticationSection>,
+    authorization: Option<node_api::AuthorizationSection>,
     wasmlet: Option<WasmletSection>,
     #[serde(flatten)]
     other: BTreeMap<String, serde_json::Value>,
@@ -238,6 +271,8 @@ pub struct NodeConfig {
     pub cgroups: Option<CgroupSettings>,
     /// The Wasm plugins to load (`wasmlet.plugins`).
     pub plugins: Vec<wasmlet_plugin_host::PluginConfig>,
+    /// The authenticated node API on `address:port`.
+    pub node_api: NodeApiSettings,
 }
 
 /// How the node lays out and enforces its cgroups.
@@ -321,15 +356,17 @@ impl NodeFlags {
         let cluster = self.cluster(&file, &timing, &mut errors);
         let manifest_url = self.manifest_url(&file, timing.http_check_frequency, &mut errors);
         let sandbox = self.sandbox(&mut errors);
+        let root_dir = self
+            .root_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT_DIR));
+        let node_api = self.node_api(&mut file, &root_dir, cluster.is_none(), &mut errors);
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
         Ok(NodeConfig {
             node_name,
-            root_dir: self
-                .root_dir
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT_DIR)),
+            root_dir,
             pod_logs_dir: self
                 .pod_logs_dir
                 .clone()
@@ -359,6 +396,7 @@ impl NodeFlags {
             sandbox_args: sandbox.args,
             cgroups,
             plugins,
+            node_api,
         })
     }
 }

@@ -13,6 +13,7 @@
 //! what did not finish is named in the log.
 
 mod cluster;
+mod node_api;
 mod plugin_host;
 mod run;
 mod tasks;
@@ -127,6 +128,8 @@ struct Server {
     router: axum::Router,
     /// What the log says once it is bound.
     serving: &'static str,
+    /// Served over TLS with this configuration (the node API); plain HTTP without.
+    tls: Option<Arc<crate::server::tls::ServerTls>>,
 }
 
 /// Where the node's pods come from, ready to start.
@@ -160,7 +163,13 @@ impl Node {
             container_manager,
         )
         .await;
-        let servers = servers(&config, &managers, started);
+        let servers = servers(
+            &config,
+            &managers,
+            &runtimes,
+            api.as_ref().map(|a| &a.client),
+            started,
+        )?;
         let sources = pod_sources(&config, &machine, &runtimes, &managers, api, started).await;
         Ok(Node {
             config,
@@ -505,9 +514,16 @@ fn admission_node(
 }
 
 /// The servers the configuration enables: the read-only port (`/pods`, metrics,
-/// health) and the healthz port. Both answer liveness (the sync loop turns, the PLEG
-/// relists) and readiness (the runtimes answer).
-fn servers(config: &NodeConfig, managers: &Managers, started: Instant) -> Vec<Server> {
+/// health), the healthz port, and the node API (`node/node_api.rs`). The first two
+/// answer liveness (the sync loop turns, the PLEG relists) and readiness (the
+/// runtimes answer).
+fn servers(
+    config: &NodeConfig,
+    managers: &Managers,
+    runtimes: &Runtimes,
+    client: Option<&kube::Client>,
+    started: Instant,
+) -> anyhow::Result<Vec<Server>> {
     let loop_threshold = (config.sync_frequency * 2).max(Duration::from_secs(300));
     let pleg_threshold = config.pleg_unhealthy_after;
     let checks: Vec<(&'static str, Check)> = vec![
@@ -538,17 +554,22 @@ fn servers(config: &NodeConfig, managers: &Managers, started: Instant) -> Vec<Se
             addr: SocketAddr::new(config.address, config.read_only_port),
             router: server::read_only_router(state.clone()),
             serving: "serving the read-only API (/pods, /healthz, /readyz)",
+            tls: None,
         });
     }
     if config.healthz_port != 0 {
         servers.push(Server {
             name: "healthz server",
             addr: SocketAddr::new(config.healthz_bind_address, config.healthz_port),
-            router: server::healthz_router(state),
+            router: server::healthz_router(state.clone()),
             serving: "serving /healthz and /readyz",
+            tls: None,
         });
     }
-    servers
+    if let Some(api) = node_api::server(config, &runtimes.router, client, state)? {
+        servers.push(api);
+    }
+    Ok(servers)
 }
 
 /// The pod sources the configuration names: the static pod directory, the manifest

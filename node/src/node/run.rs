@@ -80,7 +80,13 @@ async fn start_servers(
     cancel: &CancellationToken,
 ) -> anyhow::Result<()> {
     for s in servers {
-        let handle = server::serve(s.addr, s.router, cancel.clone()).await?;
+        let handle = match s.tls {
+            Some(tls) => {
+                server::https::serve(s.addr, s.router, tls, Default::default(), cancel.clone())
+                    .await?
+            }
+            None => server::serve(s.addr, s.router, cancel.clone()).await?,
+        };
         tasks.spawn(s.name, async move {
             let _ = handle.await;
         });

@@ -13,7 +13,7 @@ use wasmlet_testkit::node::{NodeOptions, TestNode, poll};
 
 use crate::*;
 
-const NODE: &str = "e2e";
+pub(crate) const NODE: &str = "e2e";
 
 /// A test API server on its own runtime, and a kubeconfig for the node.
 pub(crate) struct Cluster {
@@ -61,7 +61,7 @@ pub(crate) fn node_options(c: &Cluster, images: &[&str]) -> NodeOptions {
 }
 
 /// A pod bound to the node, as the scheduler would leave it.
-fn api_pod(name: &str, image_name: &str) -> Pod {
+pub(crate) fn api_pod(name: &str, image_name: &str) -> Pod {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -100,7 +100,7 @@ fn here(node: &TestNode, name: &str) -> Option<Pod> {
         .find(|p| p.metadata.name.as_deref() == Some(name))
 }
 
-fn wait<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn wait<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
     poll(timeout, f).unwrap_or_else(|| panic!("timed out waiting for {what}"))
 }
 
@@ -128,6 +128,9 @@ fn allowed(r: &Request, pods: &BTreeSet<String>) -> bool {
         ("coordination.k8s.io", "leases", "", "create") => r.namespace == "kube-node-lease",
         ("" | "events.k8s.io", "events", "", "create" | "patch" | "update") => true,
         ("node.k8s.io", "runtimeclasses", "", "get" | "list" | "watch") => true,
+        // The node API's webhooks (the system:node role's rules).
+        ("authentication.k8s.io", "tokenreviews", "", "create") => true,
+        ("authorization.k8s.io", "subjectaccessreviews", "", "create") => true,
         ("", "services", "", "list" | "watch") => true,
         // Tokens for the service accounts of its pods, bound to the pod.
         ("", "serviceaccounts", "token", "create") => true,

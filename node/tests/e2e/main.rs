@@ -13,6 +13,7 @@ mod idle;
 mod isolation;
 mod lifecycle;
 mod manifests;
+mod node_api;
 mod plugins;
 mod probes;
 

@@ -6,6 +6,7 @@
 //! [`node`] runs the real `wasmlet` binary for end-to-end tests.
 //! [`apiserver`] is an in-process Kubernetes API server for the node's API client.
 //! [`fake_runtime`] is a recording, scriptable in-memory runtime for unit tests.
+//! [`pki`] is a test certificate authority (client, serving and CSR certificates).
 
 pub mod apiserver;
 pub mod containerd;
@@ -13,3 +14,4 @@ pub mod fake_runtime;
 pub mod health;
 pub mod images;
 pub mod node;
+pub mod pki;

@@ -70,6 +70,8 @@ pub struct TestNode {
     pub logs: PathBuf,
     pub read_only_port: u16,
     pub healthz_port: u16,
+    /// The node API's port (TLS; served when something can authenticate).
+    pub api_port: u16,
     pub node_name: String,
     /// The node's `cgroupRoot` (`/wasmlet-e2e-<pid>-<n>`): its `kubepods` is below it.
     pub cgroup_root: String,
@@ -94,6 +96,76 @@ pub fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
     write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8(raw).context("response is not UTF-8")?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP response")?;
+    let code: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("no status code")?;
+    Ok((code, body.to_owned()))
+}
+
+/// How a request to the node API authenticates.
+#[derive(Clone, Copy, Debug)]
+pub enum NodeApiAuth<'a> {
+    /// No credentials.
+    None,
+    /// `Authorization: Bearer <token>`.
+    Token(&'a str),
+    /// A client certificate and its key (PEM).
+    ClientCert { cert_pem: &'a str, key_pem: &'a str },
+}
+
+/// A GET over TLS to `127.0.0.1:port`, trusting `ca_pem` for the server: status code
+/// and body (`None` when the handshake or the connection failed before an answer).
+pub fn https_get(
+    port: u16,
+    ca_pem: &str,
+    path: &str,
+    auth: NodeApiAuth<'_>,
+) -> Result<(u16, String)> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert?)?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots);
+    let config = match auth {
+        NodeApiAuth::ClientCert { cert_pem, key_pem } => {
+            let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+                .collect::<Result<Vec<_>, _>>()?;
+            let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())?;
+            builder.with_client_auth_cert(chain, key)?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    let name = ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name)?;
+    let tcp = TcpStream::connect(("127.0.0.1", port))?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let bearer = match auth {
+        NodeApiAuth::Token(t) => format!("Authorization: Bearer {t}\r\n"),
+        _ => String::new(),
+    };
+    write!(
+        tls,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{bearer}\r\n"
+    )?;
+    let mut raw = Vec::new();
+    match tls.read_to_end(&mut raw) {
+        Ok(_) => {}
+        // A server that closes without close_notify still answered.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => return Err(e.into()),
+    }
     let text = String::from_utf8(raw).context("response is not UTF-8")?;
     let (head, body) = text
         .split_once("\r\n\r\n")
@@ -147,6 +219,7 @@ impl TestNode {
         }
         let read_only_port = free_port();
         let healthz_port = free_port();
+        let api_port = free_port();
         // Every node's cgroups under a root of its own, removed when it is dropped.
         static NODES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let cgroup_root = format!(
@@ -163,6 +236,7 @@ impl TestNode {
                  address: 127.0.0.1\n\
                  readOnlyPort: {read_only_port}\n\
                  healthzPort: {healthz_port}\n\
+                 port: {api_port}\n\
                  fileCheckFrequency: 2s\n\
                  cgroupRoot: {cgroup_root}\n\
                  podLogsDir: {}\n\
@@ -193,6 +267,7 @@ impl TestNode {
             logs,
             read_only_port,
             healthz_port,
+            api_port,
             node_name: opts.node_name,
             cgroup_root,
             stderr_path,
@@ -284,6 +359,23 @@ impl TestNode {
     /// Deletes a manifest.
     pub fn remove_manifest(&self, file: &str) -> Result<()> {
         Ok(std::fs::remove_file(self.manifests.join(file))?)
+    }
+
+    /// The CA of the node's self-signed serving certificate (`<root>/pki/kubelet.crt`,
+    /// the certificate then its CA), once the node has made it.
+    pub fn serving_ca(&self) -> Result<String> {
+        let chain = std::fs::read_to_string(self.root.join("pki/kubelet.crt"))?;
+        let end = "-----END CERTIFICATE-----";
+        let (_, ca) = chain
+            .split_once(end)
+            .context("kubelet.crt holds one certificate, not the certificate and its CA")?;
+        Ok(ca.trim_start().to_owned())
+    }
+
+    /// A GET on the node API, its serving certificate verified against
+    /// [`Self::serving_ca`].
+    pub fn api_get(&self, path: &str, auth: NodeApiAuth<'_>) -> Result<(u16, String)> {
+        https_get(self.api_port, &self.serving_ca()?, path, auth)
     }
 
     /// `/pods` from the read-only port, parsed as a `v1.PodList`.

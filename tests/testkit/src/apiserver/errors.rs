@@ -4,6 +4,67 @@ use serde_json::{Value, json};
 
 use super::resources::ResourceType;
 
+/// One field error of a validation, as `field.Error` renders it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct FieldError {
+    pub field: String,
+    /// The cause type: `FieldValueRequired`, `FieldValueInvalid`, ...
+    pub reason: &'static str,
+    /// `Required value`, `Invalid value: 5: must be ...`, ...
+    pub detail: String,
+}
+
+impl FieldError {
+    pub(crate) fn required(field: impl Into<String>) -> FieldError {
+        FieldError {
+            field: field.into(),
+            reason: "FieldValueRequired",
+            detail: "Required value".into(),
+        }
+    }
+
+    /// `value` is already rendered as Go prints it (`"text"`, `5`, `[]byte{...}`).
+    pub(crate) fn invalid(field: impl Into<String>, value: &str, why: &str) -> FieldError {
+        FieldError {
+            field: field.into(),
+            reason: "FieldValueInvalid",
+            detail: format!("Invalid value: {value}: {why}"),
+        }
+    }
+
+    pub(crate) fn not_supported(
+        field: impl Into<String>,
+        value: &str,
+        supported: &[&str],
+    ) -> FieldError {
+        let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
+        FieldError {
+            field: field.into(),
+            reason: "FieldValueNotSupported",
+            detail: format!(
+                "Unsupported value: {value:?}: supported values: {}",
+                list.join(", ")
+            ),
+        }
+    }
+
+    pub(crate) fn duplicate(field: impl Into<String>, value: &str) -> FieldError {
+        FieldError {
+            field: field.into(),
+            reason: "FieldValueDuplicate",
+            detail: format!("Duplicate value: {value:?}"),
+        }
+    }
+
+    pub(crate) fn forbidden(field: impl Into<String>, why: &str) -> FieldError {
+        FieldError {
+            field: field.into(),
+            reason: "FieldValueForbidden",
+            detail: format!("Forbidden: {why}"),
+        }
+    }
+}
+
 /// A failed request; rendered as a `meta.k8s.io/v1` `Status` body.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ApiError {
@@ -119,6 +180,134 @@ impl ApiError {
         )
     }
 
+    /// 401: the request's credentials did not authenticate.
+    pub(crate) fn unauthorized() -> ApiError {
+        ApiError::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    /// 503 ServiceUnavailable with a message (`error trying to reach service: ...`).
+    pub(crate) fn service_unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::new(503, "ServiceUnavailable", message)
+    }
+
+    /// 500 InternalError (`Internal error occurred: ...`), as `NewInternalError`.
+    pub(crate) fn internal(message: &str) -> ApiError {
+        let mut err = ApiError::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {message}"),
+        );
+        err.details = Some(json!({ "causes": [{ "message": message }] }));
+        err
+    }
+
+    /// 500 with no reason: an error that was not an API status (a failed dial).
+    pub(crate) fn unknown(message: impl Into<String>) -> ApiError {
+        ApiError::new(500, "", message)
+    }
+
+    /// A backend's failure as `NewGenericServerResponse` reports it for `resource`
+    /// (e.g. `pods/log`) named `name`, with the backend's body as `server_message`.
+    pub(crate) fn generic_server_response(
+        code: u16,
+        resource: &str,
+        name: &str,
+        server_message: &str,
+    ) -> ApiError {
+        let (reason, message) = match code {
+            409 => ("Conflict", "the server reported a conflict".to_string()),
+            404 => (
+                "NotFound",
+                "the server could not find the requested resource".to_string(),
+            ),
+            400 => (
+                "BadRequest",
+                "the server rejected our request for an unknown reason".to_string(),
+            ),
+            401 => (
+                "Unauthorized",
+                "the server has asked for the client to provide credentials".to_string(),
+            ),
+            403 => ("Forbidden", server_message.to_string()),
+            406 => ("NotAcceptable", server_message.to_string()),
+            415 => ("UnsupportedMediaType", server_message.to_string()),
+            405 => (
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource".to_string(),
+            ),
+            422 => (
+                "Invalid",
+                "the server rejected our request due to an error in our request".to_string(),
+            ),
+            503 => (
+                "ServiceUnavailable",
+                "the server is currently unable to handle the request".to_string(),
+            ),
+            504 => (
+                "Timeout",
+                "the server was unable to return a response in the time allotted, but may still be processing the request".to_string(),
+            ),
+            429 => (
+                "TooManyRequests",
+                "the server has received too many requests and has asked us to try again later".to_string(),
+            ),
+            code if code >= 500 => (
+                "InternalError",
+                format!(
+                    "an error on the server ({server_message:?}) has prevented the request from succeeding"
+                ),
+            ),
+            code => (
+                "",
+                format!(
+                    "the server responded with the status code {code} but did not return more information"
+                ),
+            ),
+        };
+        let mut err = ApiError::new(code, reason, format!("{message} ( {resource} {name})"));
+        err.details = Some(json!({ "name": name, "kind": resource }));
+        err
+    }
+
+    /// 422 Invalid with several field errors, as `NewInvalid` renders them:
+    /// `<Kind.group> "<name>" is invalid: [<field>: <detail>, ...]`.
+    pub(crate) fn invalid_fields(
+        group: &str,
+        kind: &str,
+        name: &str,
+        errors: &[FieldError],
+    ) -> ApiError {
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let texts: Vec<String> = errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.detail))
+            .collect();
+        let joined = match texts.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let causes: Vec<Value> = errors
+            .iter()
+            .map(|e| json!({ "reason": e.reason, "message": e.detail, "field": e.field }))
+            .collect();
+        let mut err = ApiError::new(
+            422,
+            "Invalid",
+            format!("{qualified} {name:?} is invalid: {joined}"),
+        );
+        err.details = Some(json!({
+            "name": name,
+            "group": group,
+            "kind": kind,
+            "causes": causes,
+        }));
+        err
+    }
+
     /// An injected failure with the conventional reason for `code`.
     pub(crate) fn injected(code: u16) -> ApiError {
         let reason = match code {
@@ -140,7 +329,7 @@ impl ApiError {
         ApiError::new(code, reason, format!("injected failure ({code})"))
     }
 
-    /// The `Status` body.
+    /// The `Status` body (`reason` is left out when unknown, as `omitempty` does).
     pub(crate) fn to_status(&self) -> Value {
         let mut status = json!({
             "kind": "Status",
@@ -151,6 +340,11 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty()
+            && let Value::Object(map) = &mut status
+        {
+            map.remove("reason");
+        }
         if let Some(details) = &self.details {
             status["details"] = details.clone();
         }

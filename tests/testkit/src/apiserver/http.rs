@@ -8,19 +8,20 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
-use axum::http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use axum::http::header::{ACCEPT, CONTENT_TYPE};
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
+use super::auth::{self, UserInfo};
 use super::errors::ApiError;
 use super::patch::{self, PatchType};
 use super::resources::{self, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::{DeleteOptions, Deletion, Filter, Target, WatchStart, format_time, meta_str};
 use super::watch::{self, WatchOptions};
-use super::{ApiServer, Request, lock, strategy};
+use super::{ApiServer, Request, b64, csr, lock, proxy, strategy};
 
 /// The largest request body accepted.
 const MAX_BODY: usize = 16 << 20;
@@ -28,7 +29,7 @@ const MAX_BODY: usize = 16 << 20;
 /// A watch without `timeoutSeconds` (or with 0) ends after this long.
 const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
 
-/// The identity of an in-process client's requests (TCP requests use a bearer token).
+/// The identity of an in-process client's requests (TCP requests authenticate).
 #[derive(Clone, Debug)]
 pub(crate) struct AuthUser(pub Arc<str>);
 
@@ -111,12 +112,13 @@ impl RequestInfo {
     }
 }
 
-/// Answers every request: faults first, then the API, then the request is recorded.
+/// Answers every request: authentication, faults, then the API; every request
+/// is recorded.
 pub(crate) async fn handle(
     State(server): State<ApiServer>,
     req: axum::extract::Request,
 ) -> Response {
-    let user = user_of(&req);
+    let authenticated = auth::authenticate(&server, &req);
     let content_type = header(&req, CONTENT_TYPE);
     let accept = header(&req, ACCEPT);
     let method = req.method().clone();
@@ -131,6 +133,10 @@ pub(crate) async fn handle(
             .unwrap_or_default()
     };
     let (field_selector, label_selector) = (selector("fieldSelector"), selector("labelSelector"));
+    let (user, groups) = match &authenticated {
+        Ok(user) => (user.username.clone(), user.groups.clone()),
+        Err(_) => (String::new(), Vec::new()),
+    };
     let faults = server.faults();
     if let Some(delay) = faults.delay() {
         tokio::time::sleep(delay).await;
@@ -142,17 +148,43 @@ pub(crate) async fn handle(
     };
     let response = if faults.is_down() {
         error_response(&ApiError::unavailable())
+    } else if let Err(err) = &authenticated {
+        error_response(err)
     } else if let Some(code) = injected {
         error_response(&ApiError::injected(code))
     } else {
-        let call = Call {
-            server: &server,
-            info: &info,
-            content_type: &content_type,
-            accept: &accept,
-        };
+        let user = authenticated.unwrap_or_else(|_| UserInfo::anonymous());
+        let kubelet_bound = info.resource_request && info.group.is_empty() && info.version == "v1";
         let result = match query {
-            Ok(query) if info.resource_request => call.resource(&query, req.into_body()).await,
+            Ok(_) if kubelet_bound && info.resource == "nodes" && info.subresource == "proxy" => {
+                proxy::node_proxy(&server, &info.name, req).await
+            }
+            Ok(query)
+                if kubelet_bound
+                    && info.resource == "pods"
+                    && info.subresource == "log"
+                    && !info.extra_segments
+                    && !info.namespace.is_empty() =>
+            {
+                if info.verb == "get" {
+                    proxy::pod_log(&server, &info.namespace, &info.name, &query).await
+                } else {
+                    Err(ApiError::method_not_allowed(format!(
+                        "{} is not supported on pods/log",
+                        info.verb
+                    )))
+                }
+            }
+            Ok(query) if info.resource_request => {
+                let call = Call {
+                    server: &server,
+                    info: &info,
+                    content_type: &content_type,
+                    accept: &accept,
+                    user: &user,
+                };
+                call.resource(&query, req.into_body()).await
+            }
             Ok(_) => non_resource(&path),
             Err(err) => Err(err),
         };
@@ -160,6 +192,7 @@ pub(crate) async fn handle(
     };
     server.record(Request {
         user,
+        groups,
         verb: info.verb.clone(),
         api_group: info.group.clone(),
         resource: info.resource.clone(),
@@ -173,20 +206,6 @@ pub(crate) async fn handle(
         path,
     });
     response
-}
-
-fn user_of(req: &axum::extract::Request) -> String {
-    if let Some(AuthUser(user)) = req.extensions().get::<AuthUser>() {
-        return user.to_string();
-    }
-    req.headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|token| !token.is_empty())
-        .unwrap_or("system:anonymous")
-        .to_string()
 }
 
 fn header(req: &axum::extract::Request, name: axum::http::HeaderName) -> String {
@@ -265,16 +284,20 @@ fn resource_list(group: &str, version: &str) -> Value {
         .iter()
         .filter(|r| r.group == group && r.version == version)
     {
-        let verbs = [
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-            "watch",
-        ];
+        let verbs: &[&str] = if res.create_only {
+            &["create"]
+        } else {
+            &[
+                "create",
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "update",
+                "watch",
+            ]
+        };
         list.push(json!({
             "name": res.plural,
             "singularName": res.kind.to_ascii_lowercase(),
@@ -283,16 +306,20 @@ fn resource_list(group: &str, version: &str) -> Value {
             "verbs": verbs,
         }));
         for sub in res.subresources {
-            let verbs: &[&str] = if *sub == "token" {
-                &["create"]
-            } else {
-                &["get", "patch", "update"]
+            let (kind, verbs): (&str, &[&str]) = match *sub {
+                "token" => ("TokenRequest", &["create"]),
+                "log" => ("Pod", &["get"]),
+                "proxy" => (
+                    "NodeProxyOptions",
+                    &["create", "delete", "get", "patch", "update"],
+                ),
+                _ => (res.kind, &["get", "patch", "update"]),
             };
             list.push(json!({
                 "name": format!("{}/{sub}", res.plural),
                 "singularName": "",
                 "namespaced": res.namespaced,
-                "kind": if *sub == "token" { "TokenRequest" } else { res.kind },
+                "kind": kind,
                 "verbs": verbs,
             }));
         }
@@ -359,6 +386,7 @@ struct Call<'a> {
     info: &'a RequestInfo,
     content_type: &'a str,
     accept: &'a str,
+    user: &'a UserInfo,
 }
 
 impl Call<'_> {
@@ -384,6 +412,27 @@ impl Call<'_> {
         } else {
             ""
         };
+        if res.create_only {
+            if info.verb != "create" || !info.name.is_empty() || !info.subresource.is_empty() {
+                return Err(ApiError::method_not_allowed(format!(
+                    "{} is not supported on {}",
+                    info.verb,
+                    res.qualified()
+                )));
+            }
+            let review = read_json(self.content_type, body, false).await?;
+            return if res.plural == "tokenreviews" {
+                auth::token_review(self.server, review)
+            } else {
+                auth::subject_access_review(self.server, res, review)
+            };
+        }
+        if res.id() == resources::csrs().id()
+            && matches!(info.verb.as_str(), "create" | "update" | "patch")
+            && (info.verb == "create") == info.name.is_empty()
+        {
+            return self.csr_write(res, body).await;
+        }
         let shape = Shape::from_accept(self.accept);
         let store = &self.server.inner.store;
         let name = info.name.as_str();
@@ -463,6 +512,49 @@ impl Call<'_> {
                 }
             ))),
         }
+    }
+
+    /// CSR writes go through the CSR strategy and wake the approver and signer.
+    async fn csr_write(
+        &self,
+        res: &'static ResourceType,
+        body: Body,
+    ) -> Result<Response, ApiError> {
+        let info = self.info;
+        let shape = Shape::from_accept(self.accept);
+        let store = &self.server.inner.store;
+        let written = match info.verb.as_str() {
+            "create" => {
+                let mut obj = read_json(self.content_type, body, false).await?;
+                csr::prepare_create(res, &mut obj, Some(self.user))?;
+                lock(store).create(res, "", obj)?
+            }
+            verb => {
+                let (replacement, patch) = if verb == "update" {
+                    (Some(read_json(self.content_type, body, false).await?), None)
+                } else {
+                    let patch_type = PatchType::from_content_type(self.content_type)?;
+                    (None, Some((patch_type, read_bytes(body).await?)))
+                };
+                let sub = info.subresource.as_str();
+                lock(store).update(res, "", &info.name, Target::Whole, |old| {
+                    let mut new = match (&replacement, &patch) {
+                        (Some(obj), _) => obj.clone(),
+                        (None, Some((patch_type, bytes))) => {
+                            let mut new = old.clone();
+                            patch::apply(res.kind, *patch_type, &mut new, bytes)?;
+                            new
+                        }
+                        (None, None) => old.clone(),
+                    };
+                    csr::prepare_update(res, sub, old, &mut new)?;
+                    Ok(new)
+                })?
+            }
+        };
+        let code = if info.verb == "create" { 201 } else { 200 };
+        csr::reconcile(self.server, meta_str(&written, "name"));
+        Ok(json_response(code, shape.projector()(written)))
     }
 
     fn watch(
@@ -658,16 +750,16 @@ fn token_request(
         "exp": expires.as_second(),
         "iat": now.as_second(),
         "nbf": now.as_second(),
-        "iss": "https://kubernetes.default.svc.cluster.local",
+        "iss": auth::ISSUER,
         "jti": store.new_uid(),
         "sub": format!("system:serviceaccount:{namespace}:{name}"),
         "kubernetes.io": bound,
     });
     let token = format!(
         "{}.{}.{}",
-        base64url(br#"{"alg":"RS256","kid":"wasmlet-testkit"}"#),
-        base64url(claims.to_string().as_bytes()),
-        base64url(b"not-a-real-signature"),
+        b64::encode_url(br#"{"alg":"RS256","kid":"wasmlet-testkit"}"#),
+        b64::encode_url(claims.to_string().as_bytes()),
+        b64::encode_url(auth::TOKEN_SIGNATURE),
     );
     request["kind"] = json!("TokenRequest");
     request["apiVersion"] = json!("authentication.k8s.io/v1");
@@ -677,24 +769,6 @@ fn token_request(
     request["spec"]["expirationSeconds"] = json!(seconds);
     request["status"] = json!({ "token": token, "expirationTimestamp": format_time(expires) });
     Ok(json_response(201, request))
-}
-
-/// Unpadded base64url.
-fn base64url(data: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -745,14 +819,5 @@ mod tests {
         );
         let i = info(Method::GET, "/version");
         assert!(!i.resource_request);
-    }
-
-    #[test]
-    fn base64url_encodes() {
-        assert_eq!(base64url(b""), "");
-        assert_eq!(base64url(b"f"), "Zg");
-        assert_eq!(base64url(b"fo"), "Zm8");
-        assert_eq!(base64url(b"foo"), "Zm9v");
-        assert_eq!(base64url(&[0xfb, 0xff]), "-_8");
     }
 }

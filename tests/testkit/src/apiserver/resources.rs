@@ -10,8 +10,10 @@ pub(crate) struct ResourceType {
     pub plural: &'static str,
     pub kind: &'static str,
     pub namespaced: bool,
-    /// Subresources accepted after the object name (`status`, `token`).
+    /// Subresources accepted after the object name (`status`, `token`, `log`, ...).
     pub subresources: &'static [&'static str],
+    /// Create-only and never stored (TokenReview, SubjectAccessReview).
+    pub create_only: bool,
 }
 
 /// Identity of a resource's storage: (group, plural).
@@ -63,6 +65,7 @@ const fn core(
         kind,
         namespaced,
         subresources,
+        create_only: false,
     }
 }
 
@@ -79,14 +82,23 @@ const fn grouped(
         kind,
         namespaced,
         subresources: &[],
+        create_only: false,
+    }
+}
+
+/// A cluster-scoped review: POST answers it, nothing is stored.
+const fn review(group: &'static str, plural: &'static str, kind: &'static str) -> ResourceType {
+    ResourceType {
+        create_only: true,
+        ..grouped(group, plural, kind, false)
     }
 }
 
 /// Every resource served. Add a row to serve another plain CRUD resource.
 pub(crate) static RESOURCES: &[ResourceType] = &[
     core("namespaces", "Namespace", false, &["status", "finalize"]),
-    core("nodes", "Node", false, &["status"]),
-    core("pods", "Pod", true, &["status"]),
+    core("nodes", "Node", false, &["status", "proxy"]),
+    core("pods", "Pod", true, &["status", "log"]),
     core("events", "Event", true, &[]),
     core("configmaps", "ConfigMap", true, &[]),
     core("secrets", "Secret", true, &[]),
@@ -106,7 +118,27 @@ pub(crate) static RESOURCES: &[ResourceType] = &[
     grouped("storage.k8s.io", "csidrivers", "CSIDriver", false),
     grouped("storage.k8s.io", "csinodes", "CSINode", false),
     grouped("discovery.k8s.io", "endpointslices", "EndpointSlice", true),
+    ResourceType {
+        subresources: &["status", "approval"],
+        ..grouped(
+            "certificates.k8s.io",
+            "certificatesigningrequests",
+            "CertificateSigningRequest",
+            false,
+        )
+    },
+    review("authentication.k8s.io", "tokenreviews", "TokenReview"),
+    review(
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        "SubjectAccessReview",
+    ),
 ];
+
+/// The CertificateSigningRequest resource.
+pub(crate) fn csrs() -> &'static ResourceType {
+    &RESOURCES[17]
+}
 
 /// The resource served at `group/version/plural`.
 pub(crate) fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
@@ -144,6 +176,7 @@ mod tests {
     fn fixed_rows_are_where_the_helpers_expect() {
         assert_eq!(namespaces().plural, "namespaces");
         assert_eq!(service_accounts().plural, "serviceaccounts");
+        assert_eq!(csrs().kind, "CertificateSigningRequest");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Serving over TCP, with a listener that a fault can close and reopen on the same
+//! Serving over TCP (plain or TLS), with a listener that a fault can close and reopen on the same
 //! port, and connections that a fault drops.
 
 use std::io;
@@ -8,9 +8,14 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use axum::Router;
+use hyper::body::Incoming;
+use rustls::server::danger::ClientCertVerifier;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tower::ServiceExt as _;
 
+use super::auth::Connection;
 use super::lock;
 
 /// One TCP listening address. Closing drops the socket at once, so new connections
@@ -106,17 +111,74 @@ impl ListenerSlot {
     }
 }
 
+/// How a listener talks: plain HTTP, or TLS with per-request client certificates.
+#[derive(Clone)]
+pub(crate) enum Transport {
+    Plain,
+    Tls {
+        acceptor: tokio_rustls::TlsAcceptor,
+        verifier: Arc<dyn ClientCertVerifier>,
+    },
+}
+
 /// Accepts connections on `slot` for as long as the runtime runs.
 pub(crate) async fn accept_loop(
     slot: Arc<ListenerSlot>,
     router: Router,
     down: watch::Receiver<bool>,
+    transport: Transport,
 ) {
     loop {
         match std::future::poll_fn(|cx| slot.poll_accept(cx)).await {
-            Ok((stream, _)) => {
-                tokio::spawn(serve_connection(stream, router.clone(), down.clone()));
-            }
+            Ok((stream, peer)) => match &transport {
+                Transport::Plain => {
+                    let connection = Connection {
+                        peer,
+                        tls: false,
+                        peer_certs: None,
+                        verifier: None,
+                    };
+                    tokio::spawn(serve_connection(
+                        stream,
+                        router.clone(),
+                        connection,
+                        down.clone(),
+                    ));
+                }
+                Transport::Tls { acceptor, verifier } => {
+                    let (acceptor, verifier) = (acceptor.clone(), verifier.clone());
+                    let (router, down) = (router.clone(), down.clone());
+                    tokio::spawn(async move {
+                        // No handshake timeout: it would fire under a paused clock.
+                        let stream = match acceptor.accept(stream).await {
+                            Ok(stream) => stream,
+                            Err(err) => {
+                                tracing::debug!("test apiserver: TLS handshake failed: {err}");
+                                return;
+                            }
+                        };
+                        let peer_certs = stream
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .filter(|certs| !certs.is_empty())
+                            .map(|certs| {
+                                certs
+                                    .iter()
+                                    .map(|c| c.clone().into_owned())
+                                    .collect::<Vec<_>>()
+                                    .into()
+                            });
+                        let connection = Connection {
+                            peer,
+                            tls: true,
+                            peer_certs,
+                            verifier: Some(verifier),
+                        };
+                        serve_connection(stream, router, connection, down).await;
+                    });
+                }
+            },
             Err(err) => {
                 tracing::warn!(addr = %slot.addr(), "test apiserver accept failed: {err}");
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -126,11 +188,23 @@ pub(crate) async fn accept_loop(
 }
 
 /// Serves HTTP/1 on one connection until it ends or the server goes down, which
-/// drops the connection (and any watch on it) without a response.
-async fn serve_connection(stream: TcpStream, router: Router, mut down: watch::Receiver<bool>) {
-    let service = hyper_util::service::TowerToHyperService::new(router);
+/// drops the connection (and any watch on it) without a response. Every request
+/// carries the [`Connection`].
+async fn serve_connection<T>(
+    io: T,
+    router: Router,
+    connection: Connection,
+    mut down: watch::Receiver<bool>,
+) where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = router.map_request(move |mut req: axum::http::Request<Incoming>| {
+        req.extensions_mut().insert(connection.clone());
+        req
+    });
+    let service = hyper_util::service::TowerToHyperService::new(service);
     let connection = hyper::server::conn::http1::Builder::new()
-        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service);
     let went_down = async move {
         if down.wait_for(|down| *down).await.is_err() {
             // The server is gone; the connection lives until the peer ends it.

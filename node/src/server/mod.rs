@@ -10,6 +10,13 @@
 //! The read-only port is unauthenticated by design, as the kubelet's is; it is off by
 //! default (port 0) and should be bound to loopback where enabled.
 
+pub mod auth;
+pub mod authz;
+pub mod https;
+pub mod logs;
+pub mod node_api;
+pub mod tls;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -92,7 +99,7 @@ async fn readyz(State(state): State<ServerState>, Query(q): Query<HealthQuery>) 
 }
 
 /// Metrics in the Prometheus text format.
-fn prometheus_text(text: String) -> Response {
+pub(crate) fn prometheus_text(text: String) -> Response {
     (
         [(
             axum::http::header::CONTENT_TYPE,

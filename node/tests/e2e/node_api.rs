@@ -1,0 +1,320 @@
+//! The node API on its TLS port, in a cluster: every request authenticated (client
+//! certificates against `--client-ca-file`, bearer tokens through TokenReview) and
+//! authorized (SubjectAccessReview) through the testkit API server; logs read by the
+//! real `kubectl` through the API server's `pods/log` proxy, which reaches the node
+//! with the API server's own client certificate.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use wasmlet_testkit::apiserver::Credentials;
+use wasmlet_testkit::node::NodeApiAuth;
+use wasmlet_testkit::pki::Ca;
+
+use crate::cluster::{NODE, api_pod, cluster, node_options, node_ready, wait};
+use crate::*;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn is_running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+/// A Wasm pod that prints a line every 200 ms.
+fn talker() -> Pod {
+    let mut pod = api_pod("talker", "ticker");
+    pod.spec.as_mut().unwrap().containers[0].env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+        name: "INTERVAL_MS".into(),
+        value: Some("200".into()),
+        value_from: None,
+    }]);
+    pod
+}
+
+/// The node's subresource a SubjectAccessReview asked about, and its verb, user and
+/// the node's name.
+fn asked(r: &SubjectAccessReview) -> (String, String, String, String) {
+    let spec = &r.spec;
+    let attrs = spec.resource_attributes.clone().unwrap_or_default();
+    (
+        spec.user.clone().unwrap_or_default(),
+        attrs.verb.unwrap_or_default(),
+        attrs.subresource.unwrap_or_default(),
+        attrs.name.unwrap_or_default(),
+    )
+}
+
+#[test]
+fn the_node_api_authenticates_and_authorizes_every_request() {
+    let c = cluster();
+    let ca_dir = tempfile::tempdir().unwrap();
+    let ca_file = ca_dir.path().join("client-ca.crt");
+    std::fs::write(&ca_file, c.api.ca().pem()).unwrap();
+    let mut opts = node_options(&c, &["ticker"]);
+    opts.extra_args
+        .extend(["--client-ca-file".into(), ca_file.display().to_string()]);
+    let node = start_with(opts);
+    wait("the Node to be Ready", LONG, || {
+        c.api.get::<Node>(None, NODE).filter(node_ready)
+    });
+    c.api.create(&talker()).unwrap();
+    wait("the pod to run", LONG, || {
+        c.api
+            .get::<Pod>(Some("default"), "talker")
+            .filter(is_running)
+    });
+    let get = |path: &str, auth: NodeApiAuth<'_>| node.api_get(path, auth).unwrap();
+
+    // No credentials: 401 on every path, known or not.
+    for path in [
+        "/pods",
+        "/healthz",
+        "/runningpods/",
+        "/containerLogs/default/talker/main",
+        "/metrics/probes",
+        "/stats/summary",
+        "/no/such/path",
+    ] {
+        let (code, body) = get(path, NodeApiAuth::None);
+        assert_eq!((code, body.trim()), (401, "Unauthorized"), "{path}");
+    }
+    // A certificate from another CA: 401, and no review was asked for.
+    let other = Ca::new("not-the-cluster");
+    let (cert, key) = other
+        .issue_client("system:admin", &["system:masters"], HOUR)
+        .unwrap();
+    let intruder = NodeApiAuth::ClientCert {
+        cert_pem: &cert,
+        key_pem: &key,
+    };
+    assert_eq!(get("/pods", intruder).0, 401);
+    assert!(c.api.access_reviews().is_empty());
+    // A token the API server does not know: its TokenReview says no, 401.
+    assert_eq!(get("/pods", NodeApiAuth::Token("not-a-token")).0, 401);
+    let reviews = c.api.token_reviews();
+    assert_eq!(reviews.len(), 1, "{reviews:?}");
+    assert_eq!(reviews[0].spec.token.as_deref(), Some("not-a-token"));
+
+    // A user the SubjectAccessReview denies: 403 naming the verb and the resource.
+    c.api.add_token("viewer-token", "viewer", &["viewers"]);
+    c.api
+        .set_access_policy(|r| (r.spec.user.as_deref() == Some("admin"), String::new()));
+    let (code, body) = get("/pods", NodeApiAuth::Token("viewer-token"));
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(
+        body.trim(),
+        "Forbidden (user=viewer, verb=get, resource=nodes, subresource(s)=[proxy])"
+    );
+    let review = c.api.access_reviews().pop().unwrap();
+    let spec = &review.spec;
+    assert_eq!(spec.user.as_deref(), Some("viewer"));
+    let groups = spec.groups.clone().unwrap_or_default();
+    assert!(
+        groups.contains(&"viewers".to_owned())
+            && groups.contains(&"system:authenticated".to_owned()),
+        "{groups:?}"
+    );
+    let attrs = spec.resource_attributes.clone().unwrap();
+    assert_eq!(attrs.verb.as_deref(), Some("get"));
+    assert_eq!(attrs.group.as_deref().unwrap_or(""), "");
+    assert_eq!(attrs.resource.as_deref(), Some("nodes"));
+    assert_eq!(attrs.subresource.as_deref(), Some("proxy"));
+    assert_eq!(attrs.name.as_deref(), Some(NODE));
+    assert_eq!(attrs.namespace.as_deref().unwrap_or(""), "");
+    assert!(spec.non_resource_attributes.is_none());
+    // Each path asks for the kubelet's subresource.
+    for (path, subresource) in [
+        ("/stats/summary", "stats"),
+        ("/metrics/probes", "metrics"),
+        ("/logs/", "log"),
+    ] {
+        assert_eq!(
+            get(path, NodeApiAuth::Token("viewer-token")).0,
+            403,
+            "{path}"
+        );
+        let review = c.api.access_reviews().pop().unwrap();
+        assert_eq!(
+            asked(&review),
+            (
+                "viewer".into(),
+                "get".into(),
+                subresource.into(),
+                NODE.into()
+            ),
+            "{path}"
+        );
+    }
+
+    // The denial is cached (cacheUnauthorizedTTL, 30 s) by its attributes, which do
+    // not hold the path: another `proxy` path asks no new review.
+    let reviews = c.api.access_reviews().len();
+    assert_eq!(
+        get(
+            "/containerLogs/default/talker/main",
+            NodeApiAuth::Token("viewer-token")
+        )
+        .0,
+        403
+    );
+    assert_eq!(c.api.access_reviews().len(), reviews);
+
+    // Allowed: a client certificate from the cluster's CA, for a user the policy lets.
+    let (cert, key) = c.api.ca().issue_client("admin", &[], HOUR).unwrap();
+    let admin = NodeApiAuth::ClientCert {
+        cert_pem: &cert,
+        key_pem: &key,
+    };
+    let tokens_before = c.api.token_reviews().len();
+    let (code, body) = get("/pods", admin);
+    assert_eq!(code, 200, "{body}");
+    let pods: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let names: Vec<&str> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .collect();
+    assert!(names.contains(&"talker"), "{names:?}");
+    assert_eq!(
+        c.api.token_reviews().len(),
+        tokens_before,
+        "a certificate needs no TokenReview"
+    );
+    assert_eq!(get("/healthz", admin), (200, "ok".to_owned()));
+    let (code, body) = get("/runningpods/", admin);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"talker\""), "{body}");
+    let (code, body) = get("/containerLogs/default/talker/main?tailLines=1", admin);
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.starts_with("tick ") && body.lines().count() == 1,
+        "{body:?}"
+    );
+    // Not found, named.
+    let (code, body) = get("/containerLogs/default/nobody/main", admin);
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("nobody"), "{body}");
+    let (code, body) = get("/containerLogs/default/talker/other", admin);
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("other"), "{body}");
+    let (code, body) = get("/containerLogs/default/talker/main?tailLines=-1", admin);
+    assert_eq!(code, 422, "{body}");
+}
+
+/// `kubectl logs` as an operator runs it: through the API server, whose `pods/log`
+/// proxy reaches the node with the API server's client certificate.
+fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--request-timeout=20s")
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn kubectl_logs_reads_a_wasm_pods_log_through_the_api_server() {
+    let c = cluster();
+    let ca_dir = tempfile::tempdir().unwrap();
+    let ca_file = ca_dir.path().join("client-ca.crt");
+    std::fs::write(&ca_file, c.api.ca().pem()).unwrap();
+    let mut opts = node_options(&c, &["ticker"]);
+    opts.extra_args
+        .extend(["--client-ca-file".into(), ca_file.display().to_string()]);
+    let node = start_with(opts);
+    // kubectl talks to the API server over TLS, as an admin with a token; the
+    // listener runs on a runtime of its own, for the test's length.
+    let tls = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    tls.block_on(c.api.serve_tls(0)).unwrap();
+    c.api.add_token("admin-token", "admin", &["system:masters"]);
+    let kubeconfig = ca_dir.path().join("kubeconfig");
+    c.api
+        .write_kubeconfig_tls(&kubeconfig, &Credentials::Token("admin-token".into()))
+        .unwrap();
+    wait("the Node to be Ready", LONG, || {
+        c.api.get::<Node>(None, NODE).filter(node_ready)
+    });
+    c.api.create(&talker()).unwrap();
+    wait("the pod to run", LONG, || {
+        c.api
+            .get::<Pod>(Some("default"), "talker")
+            .filter(is_running)
+    });
+    wait("three lines in the log", LONG, || {
+        let (ok, out, _) = kubectl(&kubeconfig, &["logs", "talker"]);
+        (ok && out.lines().count() >= 3).then_some(())
+    });
+
+    let (ok, out, err) = kubectl(&kubeconfig, &["logs", "talker"]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "tick 1", "{out}");
+    assert!(lines.iter().all(|l| l.starts_with("tick ")), "{out}");
+
+    let (ok, out, err) = kubectl(&kubeconfig, &["logs", "talker", "--tail=2"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+
+    let (ok, out, err) = kubectl(&kubeconfig, &["logs", "talker", "--tail=1", "--timestamps"]);
+    assert!(ok, "{err}");
+    let (stamp, line) = out
+        .trim_end()
+        .split_once(' ')
+        .expect("a timestamp, then the line");
+    assert!(stamp.parse::<jiff::Timestamp>().is_ok(), "{stamp:?}");
+    assert!(line.starts_with("tick "), "{out:?}");
+
+    let (ok, out, err) = kubectl(&kubeconfig, &["logs", "talker", "--limit-bytes=6"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "tick 1");
+
+    let (ok, out, err) = kubectl(&kubeconfig, &["logs", "talker", "--since=1h"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("tick 1\n"), "{out}");
+
+    let (ok, _, err) = kubectl(&kubeconfig, &["logs", "talker", "--previous"]);
+    assert!(!ok);
+    assert!(err.contains("previous terminated container"), "{err}");
+
+    // Follow: lines written after kubectl started arrive while it runs.
+    let mut follow = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["logs", "-f", "talker", "--tail=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(follow.stdout.take().unwrap());
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        seen.push(line.trim_end().to_owned());
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let numbers: Vec<u64> = seen
+        .iter()
+        .map(|l| l.strip_prefix("tick ").unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        numbers.windows(2).all(|w| w[1] == w[0] + 1),
+        "consecutive lines as they are written: {seen:?}"
+    );
+    drop(node);
+}
