@@ -211,7 +211,8 @@ fn joins_the_cluster_runs_api_pods_keeps_mirrors_and_asks_only_what_a_node_may()
             .kubelet_endpoint
             .unwrap()
             .port,
-        10250
+        i32::from(node.api_port),
+        "the node API's port (the testkit gives each node a free one)"
     );
 
     // The Lease: held by the node, 40 s, owned by the Node.
