@@ -318,3 +318,145 @@ fn kubectl_logs_reads_a_wasm_pods_log_through_the_api_server() {
     );
     drop(node);
 }
+
+/// An API pod from YAML-ish JSON: one container `main` of `image` running `command`.
+fn command_pod(name: &str, image: &str, command: &[&str], restart_policy: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": "default" },
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": restart_policy,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{
+                "name": "main",
+                "image": image,
+                "imagePullPolicy": "Never",
+                "command": command,
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+fn restarts(p: &Pod) -> i32 {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.first())
+        .map(|c| c.restart_count)
+        .unwrap_or(0)
+}
+
+#[test]
+fn kubectl_logs_reads_container_pods_and_previous_instances_of_both_kinds() {
+    use wasmlet_testkit::containerd::{Containerd, images::BUSYBOX_IMAGE};
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let c = cluster();
+    let ca_dir = tempfile::tempdir().unwrap();
+    let ca_file = ca_dir.path().join("client-ca.crt");
+    std::fs::write(&ca_file, c.api.ca().pem()).unwrap();
+    let mut opts = node_options(&c, &["crasher"]).with_cri(containerd.address());
+    opts.extra_args
+        .extend(["--client-ca-file".into(), ca_file.display().to_string()]);
+    let node = start_with(opts);
+    let tls = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    tls.block_on(c.api.serve_tls(0)).unwrap();
+    c.api.add_token("admin-token", "admin", &["system:masters"]);
+    let kubeconfig = ca_dir.path().join("kubeconfig");
+    c.api
+        .write_kubeconfig_tls(&kubeconfig, &Credentials::Token("admin-token".into()))
+        .unwrap();
+    wait("the Node to be Ready", LONG, || {
+        c.api.get::<Node>(None, NODE).filter(node_ready)
+    });
+
+    // A busybox pod that counts, and one that prints its run and exits (restarted).
+    c.api
+        .create(&command_pod(
+            "counter",
+            BUSYBOX_IMAGE,
+            &[
+                "sh",
+                "-c",
+                "i=1; while true; do echo line $i; i=$((i+1)); sleep 0.2; done",
+            ],
+            "Always",
+        ))
+        .unwrap();
+    c.api
+        .create(&command_pod(
+            "box-crasher",
+            BUSYBOX_IMAGE,
+            &["sh", "-c", "echo run at $(date +%s%N); exit 1"],
+            "Always",
+        ))
+        .unwrap();
+    let mut wasm_crasher = api_pod("wasm-crasher", "crasher");
+    wasm_crasher.spec.as_mut().unwrap().restart_policy = Some("Always".into());
+    c.api.create(&wasm_crasher).unwrap();
+
+    wait("the counter's third line", LONG, || {
+        let (ok, out, _) = kubectl(&kubeconfig, &["logs", "counter"]);
+        (ok && out.lines().count() >= 3).then_some(())
+    });
+    let (ok, out, err) = kubectl(
+        &kubeconfig,
+        &["logs", "counter", "--tail=1", "--timestamps"],
+    );
+    assert!(ok, "{err}");
+    let (stamp, line) = out.trim_end().split_once(' ').unwrap();
+    assert!(stamp.parse::<jiff::Timestamp>().is_ok(), "{out:?}");
+    assert!(line.starts_with("line "), "{out:?}");
+    let (ok, out, err) = kubectl(&kubeconfig, &["logs", "counter", "--limit-bytes=4"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "line");
+
+    let mut follow = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["logs", "-f", "counter", "--tail=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(follow.stdout.take().unwrap());
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        seen.push(line.trim_end().to_owned());
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let numbers: Vec<u64> = seen
+        .iter()
+        .map(|l| l.strip_prefix("line ").unwrap().parse().unwrap())
+        .collect();
+    assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{seen:?}");
+
+    // Previous instances, after a restart, of a container and of a Wasm pod (whose
+    // panic went to stderr, interleaved in the same log).
+    for (pod, first, last) in [
+        ("box-crasher", "run at ", "run at "),
+        ("wasm-crasher", "about to crash", "deliberate panic"),
+    ] {
+        wait(&format!("{pod} to restart"), LONG, || {
+            c.api
+                .get::<Pod>(Some("default"), pod)
+                .filter(|p| restarts(p) >= 1)
+        });
+        let (ok, out, err) = kubectl(&kubeconfig, &["logs", pod, "--previous"]);
+        assert!(ok, "{pod}: {err}");
+        assert!(out.starts_with(first), "{pod}: {out:?}");
+        assert!(out.contains(last), "{pod}: {out:?}");
+        assert_eq!(out.matches(first).count(), 1, "one instance's log: {out:?}");
+    }
+    drop(node);
+}
