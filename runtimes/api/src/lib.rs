@@ -91,6 +91,19 @@ pub trait Runtime: Send + Sync + 'static {
         })
     }
 
+    /// Makes a running container's output go to a new file at its log path (CRI's
+    /// ReopenContainerLog): the node has renamed the old file aside to rotate it, and
+    /// records written from now on go to a fresh file at the same path. No record is
+    /// lost or split between the two files. A container that is not running is
+    /// refused with [`Error::FailedPrecondition`].
+    async fn reopen_container_log(&self, container_id: &str) -> Result<()> {
+        let _ = container_id;
+        Err(Error::Unsupported {
+            runtime: self.name().to_owned(),
+            operation: "reopen_container_log",
+        })
+    }
+
     /// Every container the runtime knows, in any state.
     async fn list_containers(&self) -> Result<Vec<Container>>;
 

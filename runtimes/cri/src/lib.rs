@@ -474,6 +474,18 @@ impl Runtime for CriRuntime {
         )
     }
 
+    async fn reopen_container_log(&self, container_id: &str) -> Result<()> {
+        let op = Op::new("ReopenContainerLog", "container", container_id).timeout(self.timeout());
+        let message = cri::ReopenContainerLogRequest {
+            container_id: container_id.to_owned(),
+        };
+        self.rt()
+            .reopen_container_log(request(message, op.timeout))
+            .await
+            .map(drop)
+            .map_err(|s| from_status(&op, s))
+    }
+
     async fn list_containers(&self) -> Result<Vec<Container>> {
         let op = Op::new("ListContainers", "container", "").timeout(self.timeout());
         let response = self

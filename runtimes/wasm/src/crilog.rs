@@ -4,10 +4,15 @@
 //! [`MAX_LINE`] is cut into `P` (partial) records followed by one `F` (full) record, as
 //! containerd does; a final line without a newline is written as `F` when the stream
 //! closes.
+//!
+//! [`CriLog::reopen`] is the second half of a rotation (CRI's ReopenContainerLog): the
+//! node renames the file aside and asks for it; the next records go to a new file at
+//! the same path. Records are written whole under one lock, so none is lost or split
+//! between the two files; a line still pending goes to the new one.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use jiff::Timestamp;
@@ -39,6 +44,9 @@ pub struct CriLog {
 
 struct Inner {
     file: File,
+    /// Where the file was opened; `None` for a file opened elsewhere, which cannot be
+    /// reopened.
+    path: Option<PathBuf>,
     pending: [Vec<u8>; 2],
 }
 
@@ -48,8 +56,9 @@ impl CriLog {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(Self::from_file(file))
+        let log = Self::from_file(open(path)?);
+        log.lock().path = Some(path.to_owned());
+        Ok(log)
     }
 
     /// Wraps an already open file.
@@ -57,15 +66,37 @@ impl CriLog {
         CriLog {
             inner: Arc::new(Mutex::new(Inner {
                 file,
+                path: None,
                 pending: [Vec::new(), Vec::new()],
             })),
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Closes the file and opens (creating) the one now at its path, so that after the
+    /// old file was renamed the next records go to a new one. Between two whole
+    /// records: nothing written so far goes to the new file, nothing after to the old.
+    pub fn reopen(&self) -> io::Result<()> {
+        let mut inner = self.lock();
+        let Some(path) = inner.path.clone() else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this log was not opened by path",
+            ));
+        };
+        inner.file.flush()?;
+        // On failure the old file stays in use: no record is dropped.
+        inner.file = open(&path)?;
+        Ok(())
+    }
+
     /// Appends output of one stream, writing a record for every complete line.
     pub fn write(&self, stream: Stream, mut bytes: &[u8]) -> io::Result<()> {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let Inner { file, pending } = &mut *inner;
+        let mut inner = self.lock();
+        let Inner { file, pending, .. } = &mut *inner;
         let buf = &mut pending[stream as usize];
         let mut out = Vec::new();
         while !bytes.is_empty() {
@@ -92,8 +123,8 @@ impl CriLog {
 
     /// Writes whatever is left of an unterminated last line of each stream as `F`.
     pub fn close(&self) -> io::Result<()> {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let Inner { file, pending } = &mut *inner;
+        let mut inner = self.lock();
+        let Inner { file, pending, .. } = &mut *inner;
         let mut out = Vec::new();
         for stream in [Stream::Stdout, Stream::Stderr] {
             let buf = &mut pending[stream as usize];
@@ -105,6 +136,11 @@ impl CriLog {
         file.write_all(&out)?;
         file.flush()
     }
+}
+
+/// Opens a log file for appending, creating it.
+fn open(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
 }
 
 /// Emits `P` records while the pending line is longer than [`MAX_LINE`].
@@ -212,6 +248,35 @@ mod tests {
         let recs = records(&log, &path);
         let shape: Vec<_> = recs.iter().map(|r| (r.partial, r.text.len())).collect();
         assert_eq!(shape, [(true, MAX_LINE), (true, MAX_LINE), (false, 10)]);
+    }
+
+    #[test]
+    fn a_reopen_sends_the_next_records_to_a_new_file_and_splits_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.log");
+        let rotated = dir.path().join("0.log.20240102-030405");
+        let log = CriLog::create(&path).unwrap();
+        log.write(Stream::Stdout, b"one\ntw").unwrap();
+        std::fs::rename(&path, &rotated).unwrap();
+        log.write(Stream::Stdout, b"o\n").unwrap();
+        log.reopen().unwrap();
+        log.write(Stream::Stdout, b"thr").unwrap();
+        log.write(Stream::Stdout, b"ee\n").unwrap();
+        let texts = |p: &Path| -> Vec<String> {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(|l| parse_line(l).unwrap().text)
+                .collect()
+        };
+        log.close().unwrap();
+        assert_eq!(texts(&rotated), ["one", "two"]);
+        assert_eq!(texts(&path), ["three"]);
+        let unnamed = CriLog::from_file(tempfile::tempfile().unwrap());
+        assert!(
+            unnamed.reopen().is_err(),
+            "a log opened elsewhere has no path"
+        );
     }
 
     #[test]

@@ -60,6 +60,10 @@ pub enum Op {
         container_id: String,
         memory_limit_bytes: Option<u64>,
     },
+    /// Close a running container's log file and open the one at its path, creating
+    /// it (CRI's ReopenContainerLog): after the node renamed the file aside, the next
+    /// records go to a new one. Records are whole in one file or the other.
+    ReopenLog { container_id: String },
     /// Report every container's state (the reply's `containers`).
     List,
     /// Stop every container, reply, and exit.
@@ -215,6 +219,19 @@ pub const KILLED_EXIT_CODE: i32 = 137;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reopen_request_reads_as_its_op_name() {
+        let request = Request {
+            id: 3,
+            op: Op::ReopenLog {
+                container_id: "c1".into(),
+            },
+        };
+        let line = serde_json::to_string(&request).unwrap();
+        assert_eq!(line, r#"{"id":3,"op":"reopen_log","container_id":"c1"}"#);
+        assert_eq!(serde_json::from_str::<Request>(&line).unwrap(), request);
+    }
 
     #[test]
     fn a_reply_without_the_exec_fields_still_parses() {

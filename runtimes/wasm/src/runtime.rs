@@ -1104,6 +1104,26 @@ impl Runtime for WasmRuntime {
         Ok(())
     }
 
+    /// The sandbox reopens the container's log file at its path, between two records.
+    async fn reopen_container_log(&self, container_id: &str) -> Result<()> {
+        let c = self.container(container_id)?;
+        if c.state != ContainerState::Running {
+            return Err(Error::FailedPrecondition(format!(
+                "container {container_id} is not running"
+            )));
+        }
+        let sandbox = self.sandbox(&c.sandbox_id)?;
+        self.call(
+            &sandbox,
+            Op::ReopenLog {
+                container_id: container_id.to_owned(),
+            },
+            REQUEST_TIMEOUT,
+        )
+        .await
+        .map(drop)
+    }
+
     async fn list_containers(&self) -> Result<Vec<Container>> {
         let containers = self.inner.containers.lock().unwrap();
         Ok(containers

@@ -147,6 +147,8 @@ enum Slot {
         prepared: Arc<Prepared>,
         /// The guest's memory cap and use, which an update changes in place.
         memory: Arc<MemoryCap>,
+        /// Its log file, which a rotation reopens.
+        log: CriLog,
     },
     Exited {
         started_at: Timestamp,
@@ -397,6 +399,9 @@ impl Sandbox {
                 Ok(Answer::default())
             }
             Op::Start { container_id } => self.start(container_id).map(|()| Answer::default()),
+            Op::ReopenLog { container_id } => {
+                self.reopen_log(&container_id).map(|()| Answer::default())
+            }
             Op::Update {
                 container_id,
                 memory_limit_bytes,
@@ -553,6 +558,28 @@ impl Sandbox {
         }
     }
 
+    /// Reopens a running container's log file at its path (see [`CriLog::reopen`]).
+    /// Refused unless the container runs: one that has exited writes nothing more.
+    fn reopen_log(&self, container_id: &str) -> wasmtime::Result<()> {
+        let log = match self.containers.lock().unwrap().get(container_id) {
+            Some(Slot::Running { log, .. }) => log.clone(),
+            Some(_) => {
+                return Err(refuse(
+                    ErrorKind::FailedPrecondition,
+                    format!("container {container_id} is not running"),
+                ));
+            }
+            None => {
+                return Err(refuse(
+                    ErrorKind::FailedPrecondition,
+                    format!("container {container_id} is not in this sandbox"),
+                ));
+            }
+        };
+        log.reopen()
+            .with_context(|| format!("reopening the log of container {container_id}"))
+    }
+
     fn start(self: &Arc<Self>, container_id: String) -> wasmtime::Result<()> {
         let mut containers = self.containers.lock().unwrap();
         let prepared = match containers.remove(&container_id) {
@@ -586,6 +613,7 @@ impl Sandbox {
                 started_at,
                 prepared: prepared.clone(),
                 memory: memory.clone(),
+                log: log.clone(),
             },
         );
         drop(containers);

@@ -51,6 +51,7 @@ pub enum Call {
     StopContainer(String, Duration),
     RemoveContainer(String),
     UpdateContainerResources(String, ContainerResources),
+    ReopenContainerLog(String),
     ListContainers,
     ContainerStatus(String),
     PullImage(String),
@@ -79,6 +80,7 @@ pub enum CallKind {
     StopContainer,
     RemoveContainer,
     UpdateContainerResources,
+    ReopenContainerLog,
     ListContainers,
     ContainerStatus,
     PullImage,
@@ -104,6 +106,7 @@ impl Call {
             Call::StopContainer(..) => CallKind::StopContainer,
             Call::RemoveContainer(_) => CallKind::RemoveContainer,
             Call::UpdateContainerResources(..) => CallKind::UpdateContainerResources,
+            Call::ReopenContainerLog(_) => CallKind::ReopenContainerLog,
             Call::ListContainers => CallKind::ListContainers,
             Call::ContainerStatus(_) => CallKind::ContainerStatus,
             Call::PullImage(_) => CallKind::PullImage,
@@ -804,6 +807,24 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
+    /// Recorded; a running container's call succeeds (the fake writes no logs), any
+    /// other's is refused as a runtime refuses it.
+    async fn reopen_container_log(&self, container_id: &str) -> Result<()> {
+        self.begin(Call::ReopenContainerLog(container_id.to_owned()))
+            .await?;
+        let st = self.state();
+        let c = st
+            .containers
+            .get(container_id)
+            .ok_or_else(|| Error::not_found("container", container_id))?;
+        if c.status.state != ContainerState::Running {
+            return Err(Error::FailedPrecondition(format!(
+                "container {container_id} is not running"
+            )));
+        }
+        Ok(())
+    }
+
     async fn list_containers(&self) -> Result<Vec<Container>> {
         self.begin(Call::ListContainers).await?;
         Ok(self
@@ -1189,6 +1210,24 @@ mod tests {
             .unwrap();
         assert_eq!(v.runtime_name, "fake");
         fake.version().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_log_reopen_is_recorded_and_refused_unless_running() {
+        let fake = FakeRuntime::new();
+        let (_, id, _) = running(&fake, "app").await;
+        fake.reopen_container_log(&id).await.unwrap();
+        fake.fail_next(CallKind::ReopenContainerLog, Error::unavailable("down"));
+        assert!(fake.reopen_container_log(&id).await.is_err(), "scripted");
+        fake.exit(&id, 0);
+        let err = fake.reopen_container_log(&id).await.unwrap_err();
+        assert!(matches!(err, Error::FailedPrecondition(_)), "{err}");
+        let reopens: Vec<_> = fake
+            .mutations()
+            .into_iter()
+            .filter(|c| c.kind() == CallKind::ReopenContainerLog)
+            .collect();
+        assert_eq!(reopens, vec![Call::ReopenContainerLog(id); 3]);
     }
 
     #[tokio::test]

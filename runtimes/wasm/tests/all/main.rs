@@ -4,7 +4,8 @@
 //! [`images`] (the image store), [`lifecycle`] (running the example guests),
 //! [`limits`] (memory limits, a sandbox dying), [`errors`] (missing images),
 //! [`exec`] (exec in running containers), [`adoption`] (a new node adopting sandboxes),
-//! [`cgroups`] (the sandbox in its pod cgroup, its `oom_score_adj`).
+//! [`cgroups`] (the sandbox in its pod cgroup, its `oom_score_adj`), [`logs`] (log
+//! rotation: a container's log reopened at its path).
 //! [`fixture`] holds the shared setup: a runtime in a tempdir, a pod, and waits
 //! that end on an event or a deadline.
 
@@ -16,4 +17,5 @@ mod fixture;
 mod images;
 mod lifecycle;
 mod limits;
+mod logs;
 mod network;
