@@ -76,6 +76,14 @@ pub struct NodeFlags {
     /// Kubeconfig for the API server; without it the node runs standalone.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig whose credentials request the node's client certificate when
+    /// `--kubeconfig` is missing or its certificate expired (TLS bootstrap); the
+    /// kubeconfig is then written to use the issued certificate.
+    #[arg(long, value_name = "FILE")]
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// Rotate the client certificate through CSRs as it nears expiry (rotateCertificates).
+    #[arg(long, value_name = "BOOL")]
+    pub rotate_certificates: Option<bool>,
     /// Labels to add when registering the node (`key=value,...`).
     #[arg(long, value_name = "LABELS", value_delimiter = ',')]
     pub node_labels: Vec<String>,
@@ -179,6 +187,13 @@ struct KubeletConfiguration {
     tls_private_key_file: Option<PathBuf>,
     tls_cipher_suites: Option<Vec<String>>,
     tls_min_version: Option<String>,
+    rotate_certificates: Option<bool>,
+    #[serde(rename = "serverTLSBootstrap")]
+    server_tls_bootstrap: Option<bool>,
+    container_log_max_size: Option<String>,
+    container_log_max_files: Option<i64>,
+    container_log_monitor_interval: Option<String>,
+    container_log_max_workers: Option<i64>,
     authentication: Option<node_api::AuthenticationSection>,
     authorization: Option<node_api::AuthorizationSection>,
     wasmlet: Option<WasmletSection>,
@@ -221,6 +236,17 @@ pub struct ClusterSettings {
     /// How often NodeStatus is written even when nothing changed.
     pub status_report_frequency: Duration,
     pub lease_duration_seconds: i32,
+    /// The node's certificates from the cluster's CSRs.
+    pub certificates: CertificateSettings,
+}
+
+/// `--bootstrap-kubeconfig`, `rotateCertificates` and `serverTLSBootstrap` (both off
+/// by default, as in `KubeletConfiguration` v1beta1).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CertificateSettings {
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    pub rotate_certificates: bool,
+    pub server_tls_bootstrap: bool,
 }
 
 /// The HTTP static pod source.
@@ -273,6 +299,22 @@ pub struct NodeConfig {
     pub plugins: Vec<wasmlet_plugin_host::PluginConfig>,
     /// The authenticated node API on `address:port`.
     pub node_api: NodeApiSettings,
+    /// Container log rotation.
+    pub container_logs: ContainerLogSettings,
+}
+
+/// Container log rotation: `containerLogMaxSize`, `containerLogMaxFiles`,
+/// `containerLogMonitorInterval` and `containerLogMaxWorkers`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerLogSettings {
+    /// A log at least this large is rotated; `None` (a negative size) turns rotation off.
+    pub max_size: Option<u64>,
+    /// The most files a container's log is kept in, the current one included (> 1).
+    pub max_files: usize,
+    /// How often every running container's log is looked at (≥ 3s).
+    pub monitor_interval: Duration,
+    /// How many logs are rotated at once (≥ 1).
+    pub max_workers: usize,
 }
 
 /// How the node lays out and enforces its cgroups.
@@ -361,6 +403,7 @@ impl NodeFlags {
             .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT_DIR));
         let node_api = self.node_api(&mut file, &root_dir, cluster.is_none(), &mut errors);
+        let container_logs = sections::container_logs(&file, &mut errors);
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
@@ -397,6 +440,7 @@ impl NodeFlags {
             cgroups,
             plugins,
             node_api,
+            container_logs,
         })
     }
 }
@@ -640,6 +684,43 @@ mod tests {
                 "manifest",
             ],
             "{errors:#?}"
+        );
+    }
+
+    #[test]
+    fn certificate_settings_default_off_and_need_a_kubeconfig() {
+        let (_dir, mut flags) = flags_with_file("kind: KubeletConfiguration\n");
+        flags.kubeconfig = Some("/k".into());
+        let c = flags.resolve().unwrap().cluster.unwrap();
+        assert_eq!(c.certificates, CertificateSettings::default());
+
+        let (_dir, mut flags) = flags_with_file(
+            "kind: KubeletConfiguration\nrotateCertificates: true\nserverTLSBootstrap: true\n",
+        );
+        flags.kubeconfig = Some("/k".into());
+        flags.bootstrap_kubeconfig = Some("/b".into());
+        let c = flags.resolve().unwrap().cluster.unwrap();
+        assert_eq!(
+            c.certificates,
+            CertificateSettings {
+                bootstrap_kubeconfig: Some("/b".into()),
+                rotate_certificates: true,
+                server_tls_bootstrap: true,
+            }
+        );
+        flags.rotate_certificates = Some(false);
+        let c = flags.resolve().unwrap().cluster.unwrap();
+        assert!(!c.certificates.rotate_certificates, "the flag wins");
+
+        flags.kubeconfig = None;
+        let text = flags.resolve().unwrap_err().0.join("\n");
+        assert!(
+            text.contains("--bootstrap-kubeconfig needs --kubeconfig"),
+            "{text}"
+        );
+        assert!(
+            text.contains("serverTLSBootstrap needs an API server"),
+            "{text}"
         );
     }
 

@@ -19,6 +19,7 @@ pub mod env;
 pub mod hooks;
 pub mod http_get;
 pub mod kuberuntime;
+pub mod logs;
 pub mod machine;
 pub mod node;
 pub mod pleg;
@@ -35,6 +36,7 @@ pub mod resources;
 pub mod router;
 pub mod runtime_state;
 pub mod server;
+pub mod stats;
 pub mod status;
 pub mod sync;
 #[cfg(test)]

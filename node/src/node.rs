@@ -62,7 +62,12 @@ type ResourceList = BTreeMap<String, Quantity>;
 /// Builds the node and runs it until `cancel` fires, then drains it and stops its Wasm
 /// sandboxes.
 pub async fn run(config: NodeConfig, cancel: CancellationToken) -> anyhow::Result<()> {
-    Node::build(config).await?.run(cancel).await
+    // Building waits for the TLS bootstrap's certificate: a signal ends the wait.
+    let node = tokio::select! {
+        node = Node::build(config) => node?,
+        () = cancel.cancelled() => return Ok(()),
+    };
+    node.run(cancel).await
 }
 
 /// A node built from its configuration: every part made, no task started.
@@ -98,6 +103,8 @@ struct ApiClients {
     client: kube::Client,
     /// For watches, which idle for minutes.
     watch: kube::Client,
+    /// The certificate rotations to start with the cluster membership.
+    certificates: crate::cluster::certificates::Rotations,
 }
 
 /// The parts that keep the node's pods, shared by its tasks.
@@ -163,13 +170,7 @@ impl Node {
             container_manager,
         )
         .await;
-        let servers = servers(
-            &config,
-            &managers,
-            &runtimes,
-            api.as_ref().map(|a| &a.client),
-            started,
-        )?;
+        let servers = servers(&config, &managers, &runtimes, api.as_ref(), started)?;
         let sources = pod_sources(&config, &machine, &runtimes, &managers, api, started).await;
         Ok(Node {
             config,
@@ -364,19 +365,47 @@ async fn cri_runtime(cri: &crate::config::CriSettings) -> anyhow::Result<Arc<dyn
     Ok(Arc::new(runtime))
 }
 
-/// The API server's clients, when the node has a kubeconfig.
+/// The API server's clients, when the node has a kubeconfig: after the TLS bootstrap
+/// with `--bootstrap-kubeconfig` (which waits for the client certificate), and over
+/// swappable slots with `rotateCertificates` (`cluster/certificates.rs`), whose
+/// rotation then starts with the cluster membership.
 async fn api_clients(config: &NodeConfig) -> anyhow::Result<Option<ApiClients>> {
+    use crate::cluster::certificates;
     let Some(cluster) = &config.cluster else {
         return Ok(None);
     };
     let kubeconfig = &cluster.kubeconfig;
+    let cert_dir = &config.node_api.tls.cert_dir;
+    if let Some(bootstrap) = &cluster.certificates.bootstrap_kubeconfig {
+        certificates::bootstrap_client(kubeconfig, bootstrap, cert_dir, &config.node_name)
+            .await
+            .context("TLS bootstrap")?;
+    }
+    let rotations = certificates::Rotations::default();
+    if !cluster.certificates.rotate_certificates {
+        return Ok(Some(ApiClients {
+            client: crate::cluster::client_from_kubeconfig(
+                kubeconfig,
+                Some(crate::cluster::REQUEST_TIMEOUT),
+            )
+            .await?,
+            watch: crate::cluster::client_from_kubeconfig(kubeconfig, None).await?,
+            certificates: rotations,
+        }));
+    }
+    let clients = certificates::NodeClients::new(kubeconfig, crate::cluster::REQUEST_TIMEOUT)
+        .await
+        .context("the API clients")?;
+    rotations.push(certificates::client_rotation(
+        &clients,
+        kubeconfig,
+        cert_dir,
+        &config.node_name,
+    ));
     Ok(Some(ApiClients {
-        client: crate::cluster::client_from_kubeconfig(
-            kubeconfig,
-            Some(crate::cluster::REQUEST_TIMEOUT),
-        )
-        .await?,
-        watch: crate::cluster::client_from_kubeconfig(kubeconfig, None).await?,
+        client: clients.requests.client(),
+        watch: clients.watches.client(),
+        certificates: rotations,
     }))
 }
 
@@ -521,9 +550,11 @@ fn servers(
     config: &NodeConfig,
     managers: &Managers,
     runtimes: &Runtimes,
-    client: Option<&kube::Client>,
+    api: Option<&ApiClients>,
     started: Instant,
 ) -> anyhow::Result<Vec<Server>> {
+    let client = api.map(|a| &a.client);
+    let certificates = api.map(|a| (&a.certificates, &a.watch));
     let loop_threshold = (config.sync_frequency * 2).max(Duration::from_secs(300));
     let pleg_threshold = config.pleg_unhealthy_after;
     let checks: Vec<(&'static str, Check)> = vec![
@@ -566,7 +597,14 @@ fn servers(
             tls: None,
         });
     }
-    if let Some(api) = node_api::server(config, &runtimes.router, client, state)? {
+    if let Some(api) = node_api::server(
+        config,
+        &runtimes.router,
+        client,
+        certificates,
+        managers.container_manager.as_deref(),
+        state,
+    )? {
         servers.push(api);
     }
     Ok(servers)

@@ -12,6 +12,7 @@
 //! Every request is one the Node authorizer allows `system:node:<name>`; the table is
 //! in `docs/cluster.md` and the e2e test checks the node makes no other.
 
+pub mod certificates;
 pub mod events;
 pub mod lease;
 pub mod mirror;

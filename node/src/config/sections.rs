@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{
-    CgroupSettings, ClusterSettings, CriSettings, KubeletConfiguration, ManifestUrl, NodeFlags,
-    WasmletSection, hostname, load_file, node_label_allowed, parse_taint,
+    CgroupSettings, ClusterSettings, ContainerLogSettings, CriSettings, KubeletConfiguration,
+    ManifestUrl, NodeFlags, WasmletSection, hostname, load_file, node_label_allowed, parse_taint,
 };
 use crate::duration;
 use crate::pod::is_dns_subdomain;
@@ -364,7 +364,17 @@ impl NodeFlags {
         timing: &Timing,
         errors: &mut Vec<String>,
     ) -> Option<ClusterSettings> {
-        let kubeconfig = self.kubeconfig.clone()?;
+        let Some(kubeconfig) = self.kubeconfig.clone() else {
+            if self.bootstrap_kubeconfig.is_some() {
+                errors.push(
+                    "--bootstrap-kubeconfig needs --kubeconfig, the file it writes".to_owned(),
+                );
+            }
+            if file.server_tls_bootstrap == Some(true) {
+                errors.push("serverTLSBootstrap needs an API server (--kubeconfig)".to_owned());
+            }
+            return None;
+        };
         let node_labels = self.node_labels(errors);
         let mut taints = file.register_with_taints.clone().unwrap_or_default();
         for t in &self.register_with_taints {
@@ -405,6 +415,14 @@ impl NodeFlags {
             status_update_frequency: timing.status_update_frequency,
             status_report_frequency: timing.status_report_frequency,
             lease_duration_seconds,
+            certificates: super::CertificateSettings {
+                bootstrap_kubeconfig: self.bootstrap_kubeconfig.clone(),
+                rotate_certificates: self
+                    .rotate_certificates
+                    .or(file.rotate_certificates)
+                    .unwrap_or(false),
+                server_tls_bootstrap: file.server_tls_bootstrap.unwrap_or(false),
+            },
         })
     }
 
@@ -595,4 +613,132 @@ pub(super) fn wasmlet_section(
         }
     }
     (plugins, runtime_handlers)
+}
+
+/// Container log rotation, with the kubelet's defaults (`10Mi`, 5 files, every 10s, one
+/// worker) and its bounds: at least 2 files, an interval of at least 3s, one worker or
+/// more. A negative size turns rotation off, as in the kubelet.
+pub(super) fn container_logs(
+    file: &KubeletConfiguration,
+    errors: &mut Vec<String>,
+) -> ContainerLogSettings {
+    let max_size = match file.container_log_max_size.as_deref() {
+        None => Some(10 << 20),
+        Some(s) => {
+            let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(s.to_owned());
+            match crate::quantity::parse(&q) {
+                Ok(v) if v < 0.0 => None,
+                Ok(v) if v.fract() == 0.0 && v <= i64::MAX as f64 => Some(v as u64),
+                _ => {
+                    errors.push(format!(
+                        "containerLogMaxSize: {s:?} is not a whole quantity of bytes"
+                    ));
+                    Some(10 << 20)
+                }
+            }
+        }
+    };
+    let max_files = match file.container_log_max_files {
+        None => 5,
+        Some(n) if n > 1 && n <= u32::MAX as i64 => n as usize,
+        Some(n) => {
+            errors.push(format!("containerLogMaxFiles: {n} must be greater than 1"));
+            5
+        }
+    };
+    let monitor_interval = duration_of(
+        errors,
+        "containerLogMonitorInterval",
+        file.container_log_monitor_interval.as_ref(),
+        Duration::from_secs(10),
+    );
+    let monitor_interval = if monitor_interval < Duration::from_secs(3) {
+        errors.push(format!(
+            "containerLogMonitorInterval: {} must be at least 3s",
+            duration::format(monitor_interval)
+        ));
+        Duration::from_secs(10)
+    } else {
+        monitor_interval
+    };
+    let max_workers = match file.container_log_max_workers {
+        None => 1,
+        Some(n) if n >= 1 && n <= u32::MAX as i64 => n as usize,
+        Some(n) => {
+            errors.push(format!(
+                "containerLogMaxWorkers: {n} must be greater than or equal to 1"
+            ));
+            1
+        }
+    };
+    ContainerLogSettings {
+        max_size,
+        max_files,
+        monitor_interval,
+        max_workers,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logs_of(yaml: &str) -> (ContainerLogSettings, Vec<String>) {
+        let file: KubeletConfiguration = serde_saphyr::from_str(yaml).unwrap();
+        let mut errors = Vec::new();
+        (container_logs(&file, &mut errors), errors)
+    }
+
+    #[test]
+    fn container_log_rotation_has_the_kubelets_defaults() {
+        let (logs, errors) = logs_of("kind: KubeletConfiguration\n");
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(
+            logs,
+            ContainerLogSettings {
+                max_size: Some(10 * 1024 * 1024),
+                max_files: 5,
+                monitor_interval: Duration::from_secs(10),
+                max_workers: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn container_log_rotation_reads_its_fields_and_a_negative_size_turns_it_off() {
+        let (logs, errors) = logs_of(
+            "containerLogMaxSize: 2Ki\n\
+             containerLogMaxFiles: 3\n\
+             containerLogMonitorInterval: 3s\n\
+             containerLogMaxWorkers: 4\n",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(logs.max_size, Some(2048));
+        assert_eq!(logs.max_files, 3);
+        assert_eq!(logs.monitor_interval, Duration::from_secs(3));
+        assert_eq!(logs.max_workers, 4);
+        let (off, errors) = logs_of("containerLogMaxSize: \"-1\"\n");
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(off.max_size, None);
+    }
+
+    #[test]
+    fn bad_container_log_values_are_all_reported() {
+        let (logs, errors) = logs_of(
+            "containerLogMaxSize: lots\n\
+             containerLogMaxFiles: 1\n\
+             containerLogMonitorInterval: 2s\n\
+             containerLogMaxWorkers: 0\n",
+        );
+        assert_eq!(errors.len(), 4, "{errors:?}");
+        for (error, field) in errors.iter().zip([
+            "containerLogMaxSize",
+            "containerLogMaxFiles",
+            "containerLogMonitorInterval",
+            "containerLogMaxWorkers",
+        ]) {
+            assert!(error.starts_with(field), "{error}");
+        }
+        assert_eq!(logs.max_files, 5, "the default where a value is bad");
+    }
 }

@@ -78,10 +78,18 @@ impl Membership {
     pub(super) fn start(self, shared: Shared, tasks: &Tasks, cancel: &CancellationToken) {
         let Membership {
             settings,
-            api: ApiClients { client, watch },
+            api:
+                ApiClients {
+                    client,
+                    watch,
+                    certificates,
+                },
             facts,
             inputs,
         } = self;
+        for rotation in certificates.take() {
+            tasks.spawn(rotation.name(), rotation.run(cancel.clone()));
+        }
         let api_pods = crate::cluster::ApiPods::default();
         let node_handle = crate::cluster::NodeHandle::default();
         tasks.spawn(

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use super::Server;
+use crate::cm::cgroup::CgroupManager;
 use crate::config::AuthzMode;
 use crate::config::NodeConfig;
 use crate::router::RuntimeRouter;
@@ -16,6 +17,7 @@ use crate::server::auth::{Authenticator, KubeTokenReviewer, TokenReviewer};
 use crate::server::authz::{Authorizer, Guard, KubeAccessReviewer, SubjectAccessReviewer};
 use crate::server::node_api::{NodeApiState, router};
 use crate::server::tls::{CertSlot, server_config, serving_pair};
+use crate::stats::{PodCgroups, StatsConfig, StatsProvider};
 
 /// The addresses the serving certificate names: the node's IPs (`--node-ip`), and
 /// the bind address when it is a specific one.
@@ -31,6 +33,39 @@ fn serving_ips(config: &NodeConfig) -> Vec<IpAddr> {
     ips
 }
 
+/// Where the statistics are read: the cgroup hierarchy at `/sys/fs/cgroup` and the pod
+/// cgroups the container manager makes (none with `cgroupsPerQOS: false`).
+fn stats_provider(
+    config: &NodeConfig,
+    container_manager: Option<&crate::cm::ContainerManager>,
+) -> StatsProvider {
+    let mount = std::path::PathBuf::from("/sys/fs/cgroup");
+    let version = match container_manager {
+        Some(cm) => Some(cm.cgroups().version()),
+        None => {
+            let driver = config
+                .cgroups
+                .as_ref()
+                .map_or(crate::cm::cgroup::Driver::Cgroupfs, |c| c.driver);
+            match CgroupManager::detect(&mount, driver) {
+                Ok(h) => Some(h.version()),
+                Err(e) => {
+                    tracing::warn!("statistics without cgroups: {e}");
+                    None
+                }
+            }
+        }
+    };
+    StatsProvider::new(StatsConfig {
+        node_name: config.node_name.clone(),
+        root_dir: config.root_dir.clone(),
+        proc: "/proc".into(),
+        cgroup_mount: mount,
+        cgroup_version: version,
+        pod_cgroups: container_manager.map(PodCgroups::of),
+    })
+}
+
 /// The node API's server, or `None` when it is off (`port: 0`, or nothing could
 /// authenticate: see `config/node_api.rs`). A serving certificate that cannot be
 /// read or made is the node's end, as the kubelet's.
@@ -38,6 +73,8 @@ pub(super) fn server(
     config: &NodeConfig,
     router_of_runtimes: &RuntimeRouter,
     client: Option<&kube::Client>,
+    certificates: Option<(&crate::cluster::certificates::Rotations, &kube::Client)>,
+    container_manager: Option<&crate::cm::ContainerManager>,
     base: ServerState,
 ) -> anyhow::Result<Option<Server>> {
     let settings = &config.node_api;
@@ -54,6 +91,15 @@ pub(super) fn server(
     let pair = serving_pair(&settings.tls, &config.node_name, &serving_ips(config))
         .context("the node API's serving certificate")?;
     let slot = CertSlot::new(pair).context("the node API's serving certificate")?;
+    // The serving CSRs go through the watch client: waiting for one is a watch.
+    if let Some((rotations, watch)) = certificates
+        && config
+            .cluster
+            .as_ref()
+            .is_some_and(|c| c.certificates.server_tls_bootstrap)
+    {
+        rotations.push(serving_rotation(config, watch, &slot)?);
+    }
     let tls = server_config(&settings.tls, slot).context("the node API's TLS settings")?;
 
     let tokens: Option<Arc<dyn TokenReviewer>> = client
@@ -74,12 +120,50 @@ pub(super) fn server(
     let state = NodeApiState {
         base,
         router: router_of_runtimes.clone(),
+        stats: Arc::new(stats_provider(config, container_manager)),
+        configz: Arc::new(crate::server::configz::configz(config)),
     };
     Ok(Some(Server {
         name: "node API",
         addr: SocketAddr::new(config.address, config.port),
         router: router(state, guard),
-        serving: "serving the node API over TLS (/containerLogs, /pods, /healthz, /metrics/probes)",
+        serving: "serving the node API over TLS (/containerLogs, /pods, /healthz, /metrics/probes, /stats/summary, /metrics/resource)",
         tls: Some(Arc::new(tls)),
     }))
+}
+
+/// `serverTLSBootstrap`: the serving certificate from `kubelet-serving` CSRs, kept in
+/// `<cert-dir>/kubelet-server-current.pem` and rotated like the client certificate;
+/// each issued pair replaces the slot's, so new handshakes present it. One issued
+/// earlier and still valid is served at once; until the first is issued the node
+/// serves the pair it made or read (`serving_pair`).
+fn serving_rotation(
+    config: &NodeConfig,
+    client: &kube::Client,
+    slot: &Arc<CertSlot>,
+) -> anyhow::Result<crate::cluster::certificates::Rotation> {
+    use crate::cluster::certificates::{Kind, Pair, Rotation, Store, Template};
+    use crate::server::tls::ServingPair;
+    let serving = |p: &Pair| ServingPair {
+        chain: p.chain.clone(),
+        key: p.key.clone_key(),
+    };
+    let store = Store::new(&config.node_api.tls.cert_dir, Kind::Serving);
+    if let Ok(current) = store.current()
+        && current.not_after > jiff::Timestamp::now()
+    {
+        slot.replace(serving(&current))
+            .context("the issued serving certificate")?;
+    }
+    let slot = slot.clone();
+    Ok(Rotation {
+        template: Template::serving(&config.node_name, &config.node_name, &serving_ips(config)),
+        store,
+        client: client.clone(),
+        initial: None,
+        on_issued: Box::new(move |pair, _| {
+            let swapped = slot.replace(serving(pair)).map_err(|e| e.to_string());
+            Box::pin(std::future::ready(swapped))
+        }),
+    })
 }

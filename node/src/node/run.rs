@@ -43,6 +43,11 @@ impl Node {
                 .clone()
                 .run(runtimes.router.clone(), cancel.clone()),
         );
+        if let Some(logs) =
+            crate::logs::ContainerLogManager::new(runtimes.router.clone(), &config.container_logs)
+        {
+            tasks.spawn("container log manager", logs.run(cancel.clone()));
+        }
         start_servers(servers, &tasks, &cancel).await?;
         let (names, sources_tx, sources_rx) =
             start_pod_sources(&config, sources, &runtimes, &mut managers, &tasks, &cancel);

@@ -12,9 +12,11 @@
 
 pub mod auth;
 pub mod authz;
+pub mod configz;
 pub mod https;
 pub mod logs;
 pub mod node_api;
+pub mod stats;
 pub mod tls;
 
 use std::net::SocketAddr;

@@ -1,9 +1,9 @@
 //! The node API's endpoints on `:10250`, behind authentication and authorization
 //! ([`super::authz::filter`]): `/healthz` (and `/healthz/ping`, `/healthz/syncloop`),
 //! `/pods`, `/runningpods/`, `/containerLogs/{ns}/{pod}/{container}` and the metrics
-//! the node keeps (`/metrics/probes`, `/metrics/plugins`). The statistics endpoints
-//! (`/stats/summary`, `/metrics/resource`, `/metrics/cadvisor`) and streaming
-//! (`/exec`, `/attach`, `/portForward`) come with their issues.
+//! the node keeps (`/metrics/probes`, `/metrics/plugins`), and the statistics
+//! (`/stats/summary`, `/metrics/resource`: [`super::stats`]). `/metrics/cadvisor` and
+//! streaming (`/exec`, `/attach`, `/portForward`) come with their issues.
 //!
 //! Logs are the kubelet's `getContainerLogs`: the pod is found by namespace and name
 //! among the node's pods; the container by name in its spec; the instance from the
@@ -36,6 +36,10 @@ use crate::router::RuntimeRouter;
 pub struct NodeApiState {
     pub base: ServerState,
     pub router: RuntimeRouter,
+    /// For `/stats/summary` and `/metrics/resource`.
+    pub stats: Arc<crate::stats::StatsProvider>,
+    /// The body of `/configz` (the configuration does not change while the node runs).
+    pub configz: Arc<serde_json::Value>,
 }
 
 /// The router, every route behind `guard`.
@@ -52,6 +56,9 @@ pub fn router(state: NodeApiState, guard: Arc<Guard>) -> Router {
         )
         .route("/metrics/probes", get(probe_metrics))
         .route("/metrics/plugins", get(plugin_metrics))
+        .route("/configz", get(configz))
+        .route("/stats/summary", get(super::stats::summary))
+        .route("/metrics/resource", get(super::stats::resource_metrics))
         .fallback(not_found)
         .with_state(state)
         .layer(axum::middleware::from_fn_with_state(
@@ -377,6 +384,11 @@ async fn container_logs(
             format!("reading the log of container {container:?} in pod {pod_name:?}: {e}"),
         ),
     }
+}
+
+/// `/configz`.
+async fn configz(State(state): State<NodeApiState>) -> Response {
+    axum::Json(state.configz.as_ref().clone()).into_response()
 }
 
 async fn probe_metrics(State(state): State<NodeApiState>) -> Response {

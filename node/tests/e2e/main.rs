@@ -5,6 +5,7 @@
 //! Tests run one node at a time (see [`start`]): timing assertions then measure the
 //! node, not the other tests sharing two cores.
 
+mod bootstrap;
 mod cgroups;
 mod cli;
 mod cluster;
@@ -12,10 +13,12 @@ mod cri;
 mod idle;
 mod isolation;
 mod lifecycle;
+mod log_rotation;
 mod manifests;
 mod node_api;
 mod plugins;
 mod probes;
+mod stats;
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;

@@ -185,6 +185,17 @@ fn the_node_api_authenticates_and_authorizes_every_request() {
         "a certificate needs no TokenReview"
     );
     assert_eq!(get("/healthz", admin), (200, "ok".to_owned()));
+    let (code, body) = get("/configz", admin);
+    assert_eq!(code, 200, "{body}");
+    let configz: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        configz["kubeletconfig"]["port"],
+        serde_json::json!(node.api_port)
+    );
+    assert_eq!(
+        configz["kubeletconfig"]["authentication"]["x509"]["clientCAFile"],
+        serde_json::json!(ca_file.display().to_string())
+    );
     let (code, body) = get("/runningpods/", admin);
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("\"talker\""), "{body}");

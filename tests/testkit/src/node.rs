@@ -26,6 +26,9 @@ pub struct NodeOptions {
     pub backoff: (Duration, Duration),
     /// Extra command-line flags.
     pub extra_args: Vec<String>,
+    /// More top-level `KubeletConfiguration` fields, as YAML lines each ending in a
+    /// newline (e.g. `containerLogMaxSize: 2Ki\n`).
+    pub kubelet_config: String,
     /// More of the config file's `wasmlet:` section, as YAML lines indented by two
     /// spaces (e.g. `  plugins:\n  - name: ...`).
     pub wasmlet_config: String,
@@ -56,6 +59,7 @@ impl Default for NodeOptions {
             image_archives: Vec::new(),
             backoff: (Duration::from_millis(500), Duration::from_secs(2)),
             extra_args: Vec::new(),
+            kubelet_config: String::new(),
             wasmlet_config: String::new(),
             static_pods: true,
         }
@@ -240,8 +244,10 @@ impl TestNode {
                  fileCheckFrequency: 2s\n\
                  cgroupRoot: {cgroup_root}\n\
                  podLogsDir: {}\n\
+                 {}\
                  wasmlet:\n  housekeepingInterval: 1s\n  restartBackoff:\n    initial: {}ms\n    max: {}ms\n{}",
                 logs.display(),
+                opts.kubelet_config,
                 opts.backoff.0.as_millis(),
                 opts.backoff.1.as_millis(),
                 opts.wasmlet_config,

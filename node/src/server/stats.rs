@@ -1,0 +1,63 @@
+//! The node API's statistics endpoints: `/stats/summary` (the kubelet's Summary API,
+//! `?only_cpu_and_memory=true` for metrics-server's subset) and `/metrics/resource`
+//! (the resource metrics, in the Prometheus text format). Both are read from
+//! [`crate::stats::StatsProvider`] at request time.
+
+use axum::extract::{RawQuery, State};
+use axum::response::{IntoResponse, Response};
+
+use super::node_api::NodeApiState;
+use super::prometheus_text;
+use crate::stats::metrics::resource_metrics_text;
+
+/// `only_cpu_and_memory` of a query, as the kubelet reads it: Go's `ParseBool` of
+/// the one value given, anything else is `false`.
+pub fn only_cpu_and_memory(query: &str) -> bool {
+    let values: Vec<&str> = query
+        .split('&')
+        .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
+        .filter(|(k, _)| *k == "only_cpu_and_memory")
+        .map(|(_, v)| v)
+        .collect();
+    matches!(
+        values.as_slice(),
+        ["1" | "t" | "T" | "TRUE" | "true" | "True"]
+    )
+}
+
+/// `/stats/summary`.
+pub async fn summary(State(state): State<NodeApiState>, RawQuery(query): RawQuery) -> Response {
+    let only = only_cpu_and_memory(query.as_deref().unwrap_or_default());
+    let pods = state.base.statuses.pods();
+    let (summary, _) = state.stats.summary(&pods, &state.router.runtimes()).await;
+    let summary = if only {
+        summary.cpu_and_memory_only()
+    } else {
+        summary
+    };
+    axum::Json(summary).into_response()
+}
+
+/// `/metrics/resource`.
+pub async fn resource_metrics(State(state): State<NodeApiState>) -> Response {
+    let pods = state.base.statuses.pods();
+    let (summary, failed) = state.stats.summary(&pods, &state.router.runtimes()).await;
+    prometheus_text(resource_metrics_text(summary.cpu_and_memory_only(), failed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_cpu_and_memory_is_go_parse_bool_of_the_one_value() {
+        assert!(only_cpu_and_memory("only_cpu_and_memory=true"));
+        assert!(only_cpu_and_memory("a=b&only_cpu_and_memory=1"));
+        assert!(!only_cpu_and_memory(""));
+        assert!(!only_cpu_and_memory("only_cpu_and_memory=false"));
+        assert!(!only_cpu_and_memory("only_cpu_and_memory=yes"));
+        assert!(!only_cpu_and_memory(
+            "only_cpu_and_memory=true&only_cpu_and_memory=true"
+        ));
+    }
+}

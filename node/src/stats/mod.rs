@@ -1,0 +1,662 @@
+//! Resource statistics: the kubelet's Summary API (`/stats/summary`,
+//! [`types::Summary`]) and its resource metrics (`/metrics/resource`,
+//! [`metrics::resource_metrics_text`]), read from cgroups and `/proc` as cAdvisor
+//! reads them. [`StatsProvider::summary`] is where to start.
+//!
+//! Where each figure comes from:
+//!
+//! - **node** cpu and memory: the root cgroup (v1 `cpuacct.usage`,
+//!   `memory.usage_in_bytes` less `total_inactive_file`; v2 root `cpu.stat`), else
+//!   `/proc/stat` and `/proc/meminfo`; `availableBytes` is `MemTotal` less the working
+//!   set, as the kubelet computes it. `startTime` is the boot time. Network: every
+//!   interface of `/proc/net/dev` but `lo`, the default route's inline. `fs`: statvfs of
+//!   the node's root directory; `runtime.imageFs`: the runtime's `image_fs_info`
+//!   (the OCI runtime's when there is one) with statvfs of its mount point. `rlimit`:
+//!   `kernel.pid_max` and the number of tasks (`/proc/loadavg`).
+//! - **pods**: the node's pods (the status store) matched by UID to the pod cgroups
+//!   below the QoS cgroups; cpu and memory from the pod cgroup; `process_stats` the
+//!   processes in it.
+//! - **containers**: the running ones of the pod's status. A CRI container has a
+//!   cgroup of its own below the pod's (found by its id); its figures are that
+//!   cgroup's. A Wasm container has none (every container of a Wasm pod is a task in
+//!   the pod's one sandbox process, see `runtimes/wasm/src/cgroup.rs`), and the sandbox
+//!   does not account CPU per container: a pod with **one** container reports the pod
+//!   cgroup's figures for it (sandbox overhead included); the containers of a pod
+//!   with several report no cpu or memory rather than a made-up share.
+//! - `usageNanoCores` is the rate since the previous reading of the same cgroup
+//!   ([`rate::CpuRates`]); a cgroup read for the first time is read again after
+//!   [`rate::MIN_WINDOW`] in the same request, so every answer has a rate and no
+//!   background task runs.
+//!
+//! Left out: pod network (pods' network namespaces), volumes, ephemeral storage and
+//! container rootfs/logs, system containers, swap, PSI, accelerators.
+
+pub mod cgroupfs;
+pub mod metrics;
+pub mod procfs;
+pub mod rate;
+pub mod types;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use wasmlet_runtime::{ImageKind, Runtime};
+
+use crate::cm::cgroup::{CgroupManager, CgroupName, Version};
+use cgroupfs::{CgroupReader, CgroupSample, MemorySample};
+use rate::CpuRates;
+use types::*;
+
+/// Where the pods' cgroups are: the hierarchy and the node allocatable cgroup
+/// (`<cgroupRoot>/kubepods`), below which the QoS cgroups hold `pod<uid>`.
+#[derive(Clone, Debug)]
+pub struct PodCgroups {
+    pub cgroups: CgroupManager,
+    pub kubepods: CgroupName,
+}
+
+impl PodCgroups {
+    /// The container manager's.
+    pub fn of(cm: &crate::cm::ContainerManager) -> Self {
+        Self {
+            cgroups: cm.cgroups().clone(),
+            kubepods: cm.kubepods().clone(),
+        }
+    }
+
+    /// The pod cgroups by UID, each as its path below the hierarchy's root.
+    fn pods(&self) -> HashMap<String, (String, CgroupName)> {
+        let parents = [
+            self.kubepods.clone(),
+            self.kubepods.child(crate::cm::BURSTABLE),
+            self.kubepods.child(crate::cm::BESTEFFORT),
+        ];
+        match self.cgroups.pod_cgroups(&parents) {
+            Ok(map) => map
+                .into_iter()
+                .map(|(uid, name)| (uid, (self.cgroups.path(&name), name)))
+                .collect(),
+            Err(e) => {
+                tracing::debug!("listing pod cgroups for stats: {e}");
+                HashMap::new()
+            }
+        }
+    }
+}
+
+/// What the provider reads besides the pods.
+#[derive(Clone, Debug)]
+pub struct StatsConfig {
+    pub node_name: String,
+    /// The node's root directory (its filesystem is `node.fs`).
+    pub root_dir: PathBuf,
+    /// Where `/proc` is (tests point it at fixtures).
+    pub proc: PathBuf,
+    /// The cgroup hierarchy's root and version, for the node's own cgroup.
+    pub cgroup_mount: PathBuf,
+    pub cgroup_version: Option<Version>,
+    /// `None`: the node keeps no pod cgroups (`cgroupsPerQOS: false`).
+    pub pod_cgroups: Option<PodCgroups>,
+}
+
+/// Builds Summaries; keeps the previous CPU reading per cgroup.
+pub struct StatsProvider {
+    config: StatsConfig,
+    reader: Option<CgroupReader>,
+    rates: CpuRates,
+}
+
+/// The node's key in the rate cache (cgroup paths all start with `/`).
+const NODE_KEY: &str = "node";
+
+/// A container's cgroup to read, or none.
+struct ContainerPlan {
+    name: String,
+    start_time: Option<Time>,
+    key: Option<String>,
+}
+
+/// One pass over the cgroups: what was planned and what was read, when.
+struct Reading {
+    plans: Vec<PodPlan>,
+    keys: HashSet<String>,
+    at: tokio::time::Instant,
+    samples: HashMap<String, CgroupSample>,
+    failed: bool,
+}
+
+struct PodPlan {
+    pod_ref: PodReference,
+    start_time: Option<Time>,
+    cgroup: Option<String>,
+    process_count: Option<u64>,
+    containers: Vec<ContainerPlan>,
+}
+
+fn fs_stats(path: &std::path::Path, time: Time) -> Option<FsStats> {
+    let s = nix::sys::statvfs::statvfs(path).ok()?;
+    let frag = s.fragment_size() as u64;
+    let files = s.files() as u64;
+    let files_free = s.files_free() as u64;
+    Some(FsStats {
+        time: Some(time),
+        available_bytes: Some(s.blocks_available() as u64 * frag),
+        capacity_bytes: Some(s.blocks() as u64 * frag),
+        used_bytes: Some((s.blocks() as u64).saturating_sub(s.blocks_free() as u64) * frag),
+        inodes_free: Some(files_free),
+        inodes: Some(files),
+        inodes_used: Some(files.saturating_sub(files_free)),
+    })
+}
+
+fn memory_stats(m: &MemorySample, time: Time) -> MemoryStats {
+    MemoryStats {
+        time: Some(time),
+        available_bytes: m.limit_bytes.map(|l| l.saturating_sub(m.working_set_bytes)),
+        usage_bytes: Some(m.usage_bytes),
+        working_set_bytes: Some(m.working_set_bytes),
+        rss_bytes: m.rss_bytes,
+        page_faults: m.page_faults,
+        major_page_faults: m.major_page_faults,
+    }
+}
+
+fn k8s_time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Time {
+    Time(t.0)
+}
+
+impl StatsProvider {
+    pub fn new(config: StatsConfig) -> Self {
+        let reader = config
+            .cgroup_version
+            .map(|v| CgroupReader::new(v, config.cgroup_mount.clone()));
+        Self {
+            config,
+            reader,
+            rates: CpuRates::default(),
+        }
+    }
+
+    fn plan(&self, pods: &[Pod]) -> Vec<PodPlan> {
+        let cgroups = self
+            .config
+            .pod_cgroups
+            .as_ref()
+            .map(PodCgroups::pods)
+            .unwrap_or_default();
+        let mut plans = Vec::new();
+        for pod in pods {
+            let Some(uid) = pod.metadata.uid.clone() else {
+                continue;
+            };
+            let (cgroup, process_count) = match (cgroups.get(&uid), &self.config.pod_cgroups) {
+                (Some((rel, name)), Some(pc)) => (
+                    Some(rel.clone()),
+                    pc.cgroups.pids(name).ok().map(|p| p.len() as u64),
+                ),
+                _ => (None, None),
+            };
+            let status = pod.status.as_ref();
+            let single = pod.spec.as_ref().is_some_and(|s| s.containers.len() == 1);
+            let containers = status
+                .and_then(|s| s.container_statuses.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|cs| {
+                    let started = cs.state.as_ref()?.running.as_ref()?.started_at.as_ref();
+                    let id = cs.container_id.as_deref().unwrap_or_default();
+                    let id = id.split_once("://").map_or(id, |(_, id)| id);
+                    let own = match (&self.reader, &cgroup) {
+                        (Some(r), Some(pod_rel)) => r.find_child(pod_rel, id),
+                        _ => None,
+                    };
+                    let key = own.or_else(|| cgroup.clone().filter(|_| single));
+                    Some(ContainerPlan {
+                        name: cs.name.clone(),
+                        start_time: started.map(k8s_time),
+                        key,
+                    })
+                })
+                .collect();
+            plans.push(PodPlan {
+                pod_ref: PodReference {
+                    name: pod.metadata.name.clone().unwrap_or_default(),
+                    namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                    uid,
+                },
+                start_time: status.and_then(|s| s.start_time.as_ref()).map(k8s_time),
+                cgroup,
+                process_count,
+                containers,
+            });
+        }
+        plans
+    }
+
+    /// The node's cpu (ns) and memory now: its root cgroup's, else `/proc`'s.
+    fn node_sample(&self) -> CgroupSample {
+        let mut s = self
+            .reader
+            .as_ref()
+            .and_then(|r| r.sample("/").ok())
+            .unwrap_or_default();
+        let proc = &self.config.proc;
+        if s.cpu_usage_ns.is_none() {
+            let text = std::fs::read_to_string(proc.join("stat")).unwrap_or_default();
+            s.cpu_usage_ns = procfs::parse_proc_stat(&text).0;
+        }
+        let meminfo = std::fs::read_to_string(proc.join("meminfo")).unwrap_or_default();
+        let total = procfs::parse_meminfo(&meminfo).get("MemTotal").copied();
+        match &mut s.memory {
+            // The root cgroup has no limit: the machine's memory is its capacity.
+            Some(m) => m.limit_bytes = total,
+            None => s.memory = procfs::meminfo_memory(&meminfo),
+        }
+        s
+    }
+
+    /// Every cgroup in `keys` read now, with the node's under [`NODE_KEY`]. A cgroup
+    /// that cannot be read is left out and counted in the error flag.
+    fn sample(&self, keys: &HashSet<String>) -> (HashMap<String, CgroupSample>, bool) {
+        let mut out = HashMap::new();
+        let mut failed = false;
+        out.insert(NODE_KEY.to_owned(), self.node_sample());
+        if let Some(reader) = &self.reader {
+            for key in keys {
+                match reader.sample(key) {
+                    Ok(s) => {
+                        out.insert(key.clone(), s);
+                    }
+                    Err(e) => {
+                        tracing::debug!(cgroup = %key, "reading stats: {e}");
+                        failed = true;
+                    }
+                }
+            }
+        }
+        (out, failed)
+    }
+
+    /// The plan for `pods` and every cgroup in it read, off the async threads.
+    async fn read(self: &Arc<Self>, pods: Vec<Pod>) -> Reading {
+        let this = self.clone();
+        let at = tokio::time::Instant::now();
+        tokio::task::spawn_blocking(move || {
+            let plans = this.plan(&pods);
+            let keys: HashSet<String> = plans
+                .iter()
+                .flat_map(|p| {
+                    p.cgroup
+                        .iter()
+                        .chain(p.containers.iter().filter_map(|c| c.key.as_ref()))
+                })
+                .cloned()
+                .collect();
+            let (samples, failed) = this.sample(&keys);
+            Reading {
+                plans,
+                keys,
+                at,
+                samples,
+                failed,
+            }
+        })
+        .await
+        .unwrap_or_else(|_| Reading {
+            plans: Vec::new(),
+            keys: HashSet::new(),
+            at,
+            samples: HashMap::new(),
+            failed: true,
+        })
+    }
+
+    /// The Summary of the node and `pods` (the node's pods, with their status), and
+    /// whether some of it could not be read. `runtimes` give `runtime.imageFs`.
+    pub async fn summary(
+        self: &Arc<Self>,
+        pods: &[Pod],
+        runtimes: &[Arc<dyn Runtime>],
+    ) -> (Summary, bool) {
+        let mut reading = self.read(pods.to_vec()).await;
+        // A cgroup read for the first time: read everything again a window later,
+        // so that it has a rate too.
+        let new = reading
+            .samples
+            .iter()
+            .any(|(k, s)| s.cpu_usage_ns.is_some() && !self.rates.has(k));
+        if new {
+            for (k, s) in &reading.samples {
+                if let Some(ns) = s.cpu_usage_ns {
+                    self.rates.observe(k, reading.at, ns);
+                }
+            }
+            tokio::time::sleep(rate::MIN_WINDOW).await;
+            reading = self.read(pods.to_vec()).await;
+        }
+        let Reading {
+            plans,
+            mut keys,
+            at,
+            samples,
+            failed,
+        } = reading;
+        keys.insert(NODE_KEY.to_owned());
+        self.rates.retain(&keys);
+        let samples: HashMap<String, (CgroupSample, Option<u64>)> = samples
+            .into_iter()
+            .map(|(k, s)| {
+                let rate = s.cpu_usage_ns.and_then(|ns| self.rates.observe(&k, at, ns));
+                (k, (s, rate))
+            })
+            .collect();
+        let now = Time::now();
+        let cpu = |key: &str| {
+            let (s, rate) = samples.get(key)?;
+            Some(CpuStats {
+                time: Some(now),
+                usage_nano_cores: *rate,
+                usage_core_nano_seconds: Some(s.cpu_usage_ns?),
+            })
+        };
+        let memory = |key: &str| Some(memory_stats(samples.get(key)?.0.memory.as_ref()?, now));
+
+        let pod_stats = plans
+            .into_iter()
+            .map(|p| PodStats {
+                pod_ref: p.pod_ref,
+                start_time: p.start_time,
+                containers: p
+                    .containers
+                    .into_iter()
+                    .map(|c| ContainerStats {
+                        name: c.name,
+                        start_time: c.start_time,
+                        cpu: c.key.as_deref().and_then(cpu),
+                        memory: c.key.as_deref().and_then(memory),
+                        ..ContainerStats::default()
+                    })
+                    .collect(),
+                cpu: p.cgroup.as_deref().and_then(cpu),
+                memory: p.cgroup.as_deref().and_then(memory),
+                process_stats: p.process_count.map(|n| ProcessStats {
+                    process_count: Some(n),
+                }),
+                ..PodStats::default()
+            })
+            .collect();
+
+        let node = NodeStats {
+            node_name: self.config.node_name.clone(),
+            system_containers: Vec::new(),
+            start_time: self.boot_time(),
+            cpu: cpu(NODE_KEY),
+            memory: memory(NODE_KEY),
+            network: self.network(now),
+            fs: fs_stats(&self.config.root_dir, now),
+            runtime: image_fs(runtimes, now).await.map(|fs| RuntimeStats {
+                image_fs: Some(fs),
+                container_fs: None,
+            }),
+            rlimit: Some(self.rlimit(now)),
+        };
+        (
+            Summary {
+                node,
+                pods: pod_stats,
+            },
+            failed,
+        )
+    }
+
+    fn read_proc(&self, file: &str) -> String {
+        std::fs::read_to_string(self.config.proc.join(file)).unwrap_or_default()
+    }
+
+    fn boot_time(&self) -> Option<Time> {
+        let secs = procfs::parse_proc_stat(&self.read_proc("stat")).1?;
+        jiff::Timestamp::from_second(secs).ok().map(Time)
+    }
+
+    fn network(&self, now: Time) -> Option<NetworkStats> {
+        let devs = procfs::parse_net_dev(&self.read_proc("net/dev"));
+        let default = procfs::default_route_interface(&self.read_proc("net/route"));
+        let iface = |d: &procfs::NetDev| InterfaceStats {
+            name: d.name.clone(),
+            rx_bytes: Some(d.rx_bytes),
+            rx_errors: Some(d.rx_errors),
+            tx_bytes: Some(d.tx_bytes),
+            tx_errors: Some(d.tx_errors),
+        };
+        let inline = devs
+            .iter()
+            .find(|d| Some(&d.name) == default.as_ref())
+            .or(devs.first())
+            .map(iface)?;
+        Some(NetworkStats {
+            time: Some(now),
+            default: inline,
+            interfaces: devs.iter().map(iface).collect(),
+        })
+    }
+
+    fn rlimit(&self, now: Time) -> RlimitStats {
+        RlimitStats {
+            time: Some(now),
+            maxpid: self.read_proc("sys/kernel/pid_max").trim().parse().ok(),
+            curproc: procfs::parse_loadavg_total(&self.read_proc("loadavg")),
+        }
+    }
+}
+
+/// `runtime.imageFs`: the image filesystem of the OCI runtime when there is one,
+/// else of the first runtime that reports one; usage from the runtime, capacity
+/// from statvfs of its mount point.
+async fn image_fs(runtimes: &[Arc<dyn Runtime>], now: Time) -> Option<FsStats> {
+    let mut ordered: Vec<&Arc<dyn Runtime>> = runtimes.iter().collect();
+    ordered.sort_by_key(|r| r.capabilities().images != ImageKind::Container);
+    for runtime in ordered {
+        let Ok(usage) = runtime.image_fs_info().await else {
+            continue;
+        };
+        let Some(u) = usage.into_iter().next() else {
+            continue;
+        };
+        let mut fs = fs_stats(&u.mountpoint, now).unwrap_or_default();
+        fs.time = Some(now);
+        fs.used_bytes = u.used_bytes;
+        fs.inodes_used = u.inodes_used;
+        return Some(fs);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::cm::cgroup::Driver;
+
+    fn write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    fn pod(uid: &str, containers: &[(&str, &str)]) -> Pod {
+        let statuses: Vec<serde_json::Value> = containers
+            .iter()
+            .map(|(name, id)| {
+                serde_json::json!({
+                    "name": name, "image": "i", "imageID": "", "ready": true, "restartCount": 0,
+                    "containerID": id,
+                    "state": {"running": {"startedAt": "2026-01-01T00:00:10Z"}}
+                })
+            })
+            .collect();
+        let specs: Vec<serde_json::Value> = containers
+            .iter()
+            .map(|(name, _)| serde_json::json!({"name": name, "image": "i"}))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("pod-{uid}"), "namespace": "ns", "uid": uid},
+            "spec": {"containers": specs},
+            "status": {"startTime": "2026-01-01T00:00:00Z", "containerStatuses": statuses}
+        }))
+        .unwrap()
+    }
+
+    /// A cgroup v1 tree and a `/proc` in a tempdir: pod `a` with one Wasm container,
+    /// pod `b` with a CRI container (a cgroup of its own) and a Wasm one.
+    fn fixture(root: &Path) -> StatsConfig {
+        let cg = root.join("cgroup");
+        for c in ["cpu", "cpuacct", "memory"] {
+            write(&cg.join(c).join("cgroup.procs"), "1\n");
+        }
+        write(&cg.join("cpuacct/cpuacct.usage"), "50000000000\n");
+        write(&cg.join("memory/memory.usage_in_bytes"), "4294967296\n");
+        write(
+            &cg.join("memory/memory.stat"),
+            "total_inactive_file 1073741824\ntotal_rss 2147483648\n",
+        );
+        for (pod, cpu, mem) in [
+            ("poda", "1000000000", "10485760"),
+            ("podb", "3000000000", "20971520"),
+        ] {
+            let rel = format!("kubepods/burstable/{pod}");
+            write(&cg.join("cpu").join(&rel).join("cgroup.procs"), "10\n11\n");
+            write(&cg.join("cpuacct").join(&rel).join("cpuacct.usage"), cpu);
+            let m = cg.join("memory").join(&rel);
+            write(&m.join("cgroup.procs"), "10\n11\n");
+            write(&m.join("memory.usage_in_bytes"), mem);
+            write(&m.join("memory.limit_in_bytes"), "67108864\n");
+            write(
+                &m.join("memory.stat"),
+                "total_inactive_file 1048576\ntotal_rss 4096\ntotal_pgfault 9\ntotal_pgmajfault 1\n",
+            );
+        }
+        let ctr = "kubepods/burstable/podb/abc123";
+        write(
+            &cg.join("cpuacct").join(ctr).join("cpuacct.usage"),
+            "2000000000\n",
+        );
+        write(
+            &cg.join("memory").join(ctr).join("memory.usage_in_bytes"),
+            "8388608\n",
+        );
+        write(
+            &cg.join("memory").join(ctr).join("memory.stat"),
+            "total_inactive_file 0\n",
+        );
+        let proc = root.join("proc");
+        write(
+            &proc.join("stat"),
+            "cpu  1 1 1 1 1 1 1 1 0 0\nbtime 1767225600\n",
+        );
+        write(
+            &proc.join("meminfo"),
+            "MemTotal: 8388608 kB\nMemFree: 1048576 kB\n",
+        );
+        write(
+            &proc.join("net/dev"),
+            "h1\nh2\n  eth0: 5000 40 1 0 0 0 0 0 3000 30 2 0 0 0 0 0\n",
+        );
+        write(
+            &proc.join("net/route"),
+            "Iface\tDestination\neth0\t00000000\n",
+        );
+        write(&proc.join("loadavg"), "0.1 0.2 0.3 1/321 99\n");
+        write(&proc.join("sys/kernel/pid_max"), "4194304\n");
+        let cgroups = CgroupManager::v1(&cg, Driver::Cgroupfs).unwrap();
+        StatsConfig {
+            node_name: "n".into(),
+            root_dir: root.to_owned(),
+            proc,
+            cgroup_mount: cg,
+            cgroup_version: Some(Version::V1),
+            pod_cgroups: Some(PodCgroups {
+                cgroups,
+                kubepods: CgroupName::new(["kubepods"]),
+            }),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_summary_of_fixture_cgroups_matches_pods_by_uid_and_rates_cpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let provider = Arc::new(StatsProvider::new(fixture(dir.path())));
+        let pods = [
+            pod("a", &[("main", "wasm://w1")]),
+            pod(
+                "b",
+                &[("app", "containerd://abc123"), ("side", "wasm://w2")],
+            ),
+            pod("gone", &[("main", "wasm://w3")]),
+        ];
+        let (s, failed) = provider.summary(&pods, &[]).await;
+        assert!(!failed);
+        // Node: the root cgroup, capacity from meminfo.
+        let n = &s.node;
+        assert_eq!(
+            n.cpu.as_ref().unwrap().usage_core_nano_seconds,
+            Some(50_000_000_000)
+        );
+        assert_eq!(n.cpu.as_ref().unwrap().usage_nano_cores, Some(0));
+        let m = n.memory.as_ref().unwrap();
+        assert_eq!(m.working_set_bytes, Some(3 << 30));
+        assert_eq!(m.available_bytes, Some((8 << 30) - (3 << 30)));
+        assert_eq!(n.start_time.unwrap().0.as_second(), 1767225600);
+        assert_eq!(n.network.as_ref().unwrap().default.name, "eth0");
+        let r = n.rlimit.as_ref().unwrap();
+        assert_eq!((r.maxpid, r.curproc), (Some(4194304), Some(321)));
+        assert!(n.fs.as_ref().unwrap().capacity_bytes.unwrap() > 0);
+
+        let a = &s.pods[0];
+        assert_eq!(a.pod_ref.uid, "a");
+        let mem = a.memory.as_ref().unwrap();
+        assert_eq!(mem.working_set_bytes, Some(10485760 - 1048576));
+        assert_eq!(mem.available_bytes, Some(67108864 - (10485760 - 1048576)));
+        assert_eq!((mem.page_faults, mem.major_page_faults), (Some(9), Some(1)));
+        assert_eq!(a.process_stats.as_ref().unwrap().process_count, Some(2));
+        // A Wasm pod's only container carries the pod's figures.
+        assert_eq!(a.containers[0].cpu, a.cpu);
+        assert_eq!(
+            a.containers[0].start_time.unwrap().0.as_second(),
+            1767225610
+        );
+        let b = &s.pods[1];
+        // The CRI container its own cgroup; the Wasm one of two nothing.
+        assert_eq!(
+            b.containers[0]
+                .cpu
+                .as_ref()
+                .unwrap()
+                .usage_core_nano_seconds,
+            Some(2_000_000_000)
+        );
+        assert_eq!(
+            b.containers[0].memory.as_ref().unwrap().working_set_bytes,
+            Some(8388608)
+        );
+        assert_eq!(
+            (&b.containers[1].cpu, &b.containers[1].memory),
+            (&None, &None)
+        );
+        // No cgroup: listed, without figures.
+        assert_eq!((&s.pods[2].cpu, &s.pods[2].memory), (&None, &None));
+
+        // Two seconds on, pod a burnt one more second: half a core.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let usage = dir
+            .path()
+            .join("cgroup/cpuacct/kubepods/burstable/poda/cpuacct.usage");
+        std::fs::write(&usage, "2000000000\n").unwrap();
+        let (s, _) = provider.summary(&pods, &[]).await;
+        let cpu = s.pods[0].cpu.as_ref().unwrap();
+        assert_eq!(cpu.usage_core_nano_seconds, Some(2_000_000_000));
+        assert_eq!(cpu.usage_nano_cores, Some(500_000_000));
+    }
+}
