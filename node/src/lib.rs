@@ -28,6 +28,7 @@ pub mod pod;
 pub mod pod_state;
 pub mod podconfig;
 pub mod podspec;
+pub mod private_file;
 pub mod probe_results;
 pub mod prober;
 pub mod qos;

@@ -387,7 +387,7 @@ impl Store {
         let stamp = jiff::Timestamp::now().strftime("%Y-%m-%d-%H-%M-%S");
         let name = format!("{}-{stamp}.pem", self.prefix);
         let path = self.dir.join(&name);
-        write_private(&path, text.as_bytes())?;
+        crate::private_file::write(&path, text.as_bytes()).map_err(|e| file_error(&path, e))?;
         let link = self.current_path();
         let tmp = self.dir.join(format!(".{}-current.pem.tmp", self.prefix));
         let _ = std::fs::remove_file(&tmp);
@@ -395,23 +395,6 @@ impl Store {
         std::fs::rename(&tmp, &link).map_err(|e| file_error(&link, e))?;
         Ok(pair)
     }
-}
-
-/// Writes `bytes` to `path` readable by its owner only.
-fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| file_error(&tmp, e))?;
-    f.write_all(bytes).map_err(|e| file_error(&tmp, e))?;
-    f.sync_all().map_err(|e| file_error(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| file_error(path, e))
 }
 
 /// The client certificates of the kubeconfig's current user (file or data), if any.
@@ -549,7 +532,8 @@ pub async fn bootstrap_client(
         None => {
             let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
                 .map_err(|e| Error::Generate(e.to_string()))?;
-            write_private(&key_path, key.serialize_pem().as_bytes())?;
+            crate::private_file::write(&key_path, key.serialize_pem().as_bytes())
+                .map_err(|e| file_error(&key_path, e))?;
             key
         }
     };
@@ -649,7 +633,7 @@ pub fn write_kubeconfig(bootstrap: &Path, kubeconfig: &Path, pem: &Path) -> Resu
     if let Some(dir) = kubeconfig.parent() {
         std::fs::create_dir_all(dir).map_err(|e| file_error(dir, e))?;
     }
-    write_private(kubeconfig, text.as_bytes())
+    crate::private_file::write(kubeconfig, text.as_bytes()).map_err(|e| file_error(kubeconfig, e))
 }
 
 /// How a CSR is named: the bootstrap's digest, or `generateName: csr-`.

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::sections::duration_of;
 use super::{KubeletConfiguration, NodeFlags};
-use crate::duration;
 
 /// `authentication.webhook.cacheTTL`'s default.
 pub const DEFAULT_TOKEN_CACHE_TTL: Duration = Duration::from_secs(2 * 60);
@@ -152,21 +152,6 @@ impl NodeApiSettings {
     }
 }
 
-fn ttl(
-    errors: &mut Vec<String>,
-    name: &str,
-    value: Option<&String>,
-    default: Duration,
-) -> Duration {
-    match value {
-        None => default,
-        Some(s) => duration::parse(s).unwrap_or_else(|e| {
-            errors.push(format!("{name}: {e}"));
-            default
-        }),
-    }
-}
-
 impl NodeFlags {
     /// The node API's TLS, authentication and authorization; `standalone` without a
     /// kubeconfig (see the module doc).
@@ -185,7 +170,7 @@ impl NodeFlags {
             .or(authn_file.x509.and_then(|x| x.client_ca_file));
         let webhook = authn_file.webhook.unwrap_or_default();
         let webhook_enabled = self.authentication_token_webhook.or(webhook.enabled);
-        let cache_ttl = ttl(
+        let cache_ttl = duration_of(
             errors,
             "authentication.webhook.cacheTTL",
             webhook.cache_ttl.as_ref(),
@@ -209,13 +194,13 @@ impl NodeFlags {
 
         let mode = self.authorization_mode.clone().or(authz_file.mode);
         let hooks = authz_file.webhook.unwrap_or_default();
-        let authorized_ttl = ttl(
+        let authorized_ttl = duration_of(
             errors,
             "authorization.webhook.cacheAuthorizedTTL",
             hooks.cache_authorized_ttl.as_ref(),
             DEFAULT_CACHE_AUTHORIZED_TTL,
         );
-        let unauthorized_ttl = ttl(
+        let unauthorized_ttl = duration_of(
             errors,
             "authorization.webhook.cacheUnauthorizedTTL",
             hooks.cache_unauthorized_ttl.as_ref(),

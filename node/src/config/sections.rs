@@ -76,7 +76,7 @@ pub(super) fn read_file(path: Option<&Path>, errors: &mut Vec<String>) -> Kubele
 }
 
 /// A duration: the flag's, else the file's, else `default` (also when it is bad).
-fn duration_of(
+pub(super) fn duration_of(
     errors: &mut Vec<String>,
     name: &str,
     value: Option<&String>,

@@ -126,27 +126,11 @@ pub fn serving_pair(
     }
     let (cert_pem, key_pem) = self_signed(host, ips, SELF_SIGNED_VALIDITY)?;
     std::fs::create_dir_all(&settings.cert_dir).map_err(|e| file_error(&settings.cert_dir, e))?;
-    write_private(&key_file, key_pem.as_bytes())?;
+    crate::private_file::write(&key_file, key_pem.as_bytes())
+        .map_err(|e| file_error(&key_file, e))?;
     std::fs::write(&cert_file, cert_pem.as_bytes()).map_err(|e| file_error(&cert_file, e))?;
     tracing::info!(cert = %cert_file.display(), "made a self-signed serving certificate");
     read_pair(&cert_file, &key_file)
-}
-
-/// Writes `bytes` to `path` readable by its owner only (keys).
-fn write_private(path: &Path, bytes: &[u8]) -> Result<(), TlsError> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| file_error(&tmp, e))?;
-    f.write_all(bytes).map_err(|e| file_error(&tmp, e))?;
-    f.sync_all().map_err(|e| file_error(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| file_error(path, e))
 }
 
 fn offset(t: std::time::SystemTime) -> time::OffsetDateTime {
