@@ -233,6 +233,56 @@ fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> (bool, String, String
     )
 }
 
+/// `kubectl logs -f <pod> --tail=1`: its first three lines are consecutive numbered
+/// lines (`<prefix><n>`), as the container writes them.
+fn follow_consecutive(kubeconfig: &std::path::Path, pod: &str, prefix: &str) {
+    let mut follow = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["logs", "-f", pod, "--tail=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(follow.stdout.take().unwrap());
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        seen.push(line.trim_end().to_owned());
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let numbers: Vec<u64> = seen
+        .iter()
+        .map(|l| l.strip_prefix(prefix).unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        numbers.windows(2).all(|w| w[1] == w[0] + 1),
+        "consecutive lines as they are written: {seen:?}"
+    );
+}
+
+/// The test API server also over TLS (on a runtime of its own, returned to be kept
+/// for the test's length) and a kubeconfig for kubectl: an admin with a token.
+fn kubectl_access(
+    c: &crate::cluster::Cluster,
+    dir: &std::path::Path,
+) -> (tokio::runtime::Runtime, std::path::PathBuf) {
+    let tls = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    tls.block_on(c.api.serve_tls(0)).unwrap();
+    c.api.add_token("admin-token", "admin", &["system:masters"]);
+    let kubeconfig = dir.join("kubeconfig");
+    c.api
+        .write_kubeconfig_tls(&kubeconfig, &Credentials::Token("admin-token".into()))
+        .unwrap();
+    (tls, kubeconfig)
+}
+
 #[test]
 fn kubectl_logs_reads_a_wasm_pods_log_through_the_api_server() {
     let c = cluster();
@@ -243,19 +293,7 @@ fn kubectl_logs_reads_a_wasm_pods_log_through_the_api_server() {
     opts.extra_args
         .extend(["--client-ca-file".into(), ca_file.display().to_string()]);
     let node = start_with(opts);
-    // kubectl talks to the API server over TLS, as an admin with a token; the
-    // listener runs on a runtime of its own, for the test's length.
-    let tls = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    tls.block_on(c.api.serve_tls(0)).unwrap();
-    c.api.add_token("admin-token", "admin", &["system:masters"]);
-    let kubeconfig = ca_dir.path().join("kubeconfig");
-    c.api
-        .write_kubeconfig_tls(&kubeconfig, &Credentials::Token("admin-token".into()))
-        .unwrap();
+    let (_tls, kubeconfig) = kubectl_access(&c, ca_dir.path());
     wait("the Node to be Ready", LONG, || {
         c.api.get::<Node>(None, NODE).filter(node_ready)
     });
@@ -302,31 +340,7 @@ fn kubectl_logs_reads_a_wasm_pods_log_through_the_api_server() {
     assert!(err.contains("previous terminated container"), "{err}");
 
     // Follow: lines written after kubectl started arrive while it runs.
-    let mut follow = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["logs", "-f", "talker", "--tail=1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut reader = BufReader::new(follow.stdout.take().unwrap());
-    let mut seen = Vec::new();
-    for _ in 0..3 {
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        seen.push(line.trim_end().to_owned());
-    }
-    let _ = follow.kill();
-    let _ = follow.wait();
-    let numbers: Vec<u64> = seen
-        .iter()
-        .map(|l| l.strip_prefix("tick ").unwrap().parse().unwrap())
-        .collect();
-    assert!(
-        numbers.windows(2).all(|w| w[1] == w[0] + 1),
-        "consecutive lines as they are written: {seen:?}"
-    );
+    follow_consecutive(&kubeconfig, "talker", "tick ");
     drop(node);
 }
 
@@ -373,17 +387,7 @@ fn kubectl_logs_reads_container_pods_and_previous_instances_of_both_kinds() {
     opts.extra_args
         .extend(["--client-ca-file".into(), ca_file.display().to_string()]);
     let node = start_with(opts);
-    let tls = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    tls.block_on(c.api.serve_tls(0)).unwrap();
-    c.api.add_token("admin-token", "admin", &["system:masters"]);
-    let kubeconfig = ca_dir.path().join("kubeconfig");
-    c.api
-        .write_kubeconfig_tls(&kubeconfig, &Credentials::Token("admin-token".into()))
-        .unwrap();
+    let (_tls, kubeconfig) = kubectl_access(&c, ca_dir.path());
     wait("the Node to be Ready", LONG, || {
         c.api.get::<Node>(None, NODE).filter(node_ready)
     });
@@ -429,28 +433,7 @@ fn kubectl_logs_reads_container_pods_and_previous_instances_of_both_kinds() {
     assert!(ok, "{err}");
     assert_eq!(out, "line");
 
-    let mut follow = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["logs", "-f", "counter", "--tail=1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut reader = BufReader::new(follow.stdout.take().unwrap());
-    let mut seen = Vec::new();
-    for _ in 0..3 {
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        seen.push(line.trim_end().to_owned());
-    }
-    let _ = follow.kill();
-    let _ = follow.wait();
-    let numbers: Vec<u64> = seen
-        .iter()
-        .map(|l| l.strip_prefix("line ").unwrap().parse().unwrap())
-        .collect();
-    assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{seen:?}");
+    follow_consecutive(&kubeconfig, "counter", "line ");
 
     // Previous instances, after a restart, of a container and of a Wasm pod (whose
     // panic went to stderr, interleaved in the same log).
