@@ -42,6 +42,16 @@ pub struct NodeApiState {
     pub configz: Arc<serde_json::Value>,
 }
 
+impl axum::extract::FromRef<NodeApiState> for super::stats::StatsState {
+    fn from_ref(state: &NodeApiState) -> Self {
+        super::stats::StatsState {
+            stats: state.stats.clone(),
+            statuses: state.base.statuses.clone(),
+            router: state.router.clone(),
+        }
+    }
+}
+
 /// The router, every route behind `guard`.
 pub fn router(state: NodeApiState, guard: Arc<Guard>) -> Router {
     Router::new()

@@ -6,9 +6,11 @@
 use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 
-use super::node_api::NodeApiState;
 use super::prometheus_text;
+use crate::router::RuntimeRouter;
+use crate::stats::StatsProvider;
 use crate::stats::metrics::resource_metrics_text;
+use crate::status::StatusStore;
 
 /// `only_cpu_and_memory` of a query, as the kubelet reads it: Go's `ParseBool` of
 /// the one value given, anything else is `false`.
@@ -26,9 +28,18 @@ pub fn only_cpu_and_memory(query: &str) -> bool {
 }
 
 /// `/stats/summary`.
-pub async fn summary(State(state): State<NodeApiState>, RawQuery(query): RawQuery) -> Response {
+/// What the statistics endpoints read: the provider, the node's pods and the runtimes
+/// (taken from the node API's state by `FromRef`).
+#[derive(Clone)]
+pub struct StatsState {
+    pub stats: std::sync::Arc<StatsProvider>,
+    pub statuses: StatusStore,
+    pub router: RuntimeRouter,
+}
+
+pub async fn summary(State(state): State<StatsState>, RawQuery(query): RawQuery) -> Response {
     let only = only_cpu_and_memory(query.as_deref().unwrap_or_default());
-    let pods = state.base.statuses.pods();
+    let pods = state.statuses.pods();
     let (summary, _) = state.stats.summary(&pods, &state.router.runtimes()).await;
     let summary = if only {
         summary.cpu_and_memory_only()
@@ -39,8 +50,8 @@ pub async fn summary(State(state): State<NodeApiState>, RawQuery(query): RawQuer
 }
 
 /// `/metrics/resource`.
-pub async fn resource_metrics(State(state): State<NodeApiState>) -> Response {
-    let pods = state.base.statuses.pods();
+pub async fn resource_metrics(State(state): State<StatsState>) -> Response {
+    let pods = state.statuses.pods();
     let (summary, failed) = state.stats.summary(&pods, &state.router.runtimes()).await;
     prometheus_text(resource_metrics_text(summary.cpu_and_memory_only(), failed))
 }
