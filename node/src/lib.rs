@@ -21,6 +21,7 @@ pub mod http_get;
 pub mod kuberuntime;
 pub mod logs;
 pub mod machine;
+pub mod metrics;
 pub mod node;
 pub mod pleg;
 pub mod plugins;

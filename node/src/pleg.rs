@@ -174,6 +174,7 @@ async fn relist_loop(
 ) {
     let mut previous = Listing::new();
     let mut failing = false;
+    let mut last_start: Option<Instant> = None;
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -191,6 +192,9 @@ async fn relist_loop(
         match listed {
             Ok(current) => {
                 health.record(i, at, at.elapsed());
+                crate::metrics::global()
+                    .relisted(at.elapsed(), last_start.map(|l| at.duration_since(l)));
+                last_start = Some(at);
                 if std::mem::replace(&mut failing, false) {
                     tracing::info!(runtime = runtime.name(), "PLEG relist succeeds again");
                 }

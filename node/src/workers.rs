@@ -188,6 +188,11 @@ async fn run_worker(
     done_tx: mpsc::UnboundedSender<String>,
 ) {
     let mut st = PodState::default();
+    // For `kubelet_pod_start_duration_seconds`: when the node first saw the pod, until
+    // it first runs.
+    let first_seen = Instant::now();
+    let mut started = false;
+    let mut syncs: u64 = 0;
     loop {
         let work = rx.borrow_and_update().clone();
         let pod = work.pod().clone();
@@ -195,7 +200,15 @@ async fn run_worker(
         let span = tracing::info_span!("pod", pod = %full_name(&pod), uid = %id);
         match work {
             Work::Sync(_) => {
+                let began = Instant::now();
                 let outcome = syncer.sync_pod(&pod, &mut st).instrument(span).await;
+                let kind = if syncs == 0 {
+                    crate::metrics::SyncKind::Create
+                } else {
+                    crate::metrics::SyncKind::Sync
+                };
+                syncs += 1;
+                crate::metrics::global().pod_worker(kind, began.elapsed());
                 syncer.snapshot_probes(&mut st);
                 let previous = statuses.status(&id);
                 let status = pod_status(&pod, &st, previous.as_ref());
@@ -203,6 +216,10 @@ async fn run_worker(
                     tracing::info!(pod = %full_name(&pod), phase = ?status.phase.as_deref().unwrap_or(""), "pod phase");
                 }
                 let finished = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+                if !started && status.phase.as_deref() == Some("Running") {
+                    started = true;
+                    crate::metrics::global().pod_started(first_seen.elapsed());
+                }
                 statuses.set(pod.clone(), status);
                 if !finished {
                     syncer.probe(&pod, &st);
@@ -215,7 +232,10 @@ async fn run_worker(
             }
             Work::Terminate { grace, .. } => {
                 tracing::info!(parent: &span, grace = ?grace, "terminating pod");
+                let began = Instant::now();
                 syncer.kill_pod(&pod, &mut st, grace).instrument(span).await;
+                crate::metrics::global()
+                    .pod_worker(crate::metrics::SyncKind::Kill, began.elapsed());
                 let previous = statuses.status(&id);
                 let status = crate::status::terminal(pod_status(&pod, &st, previous.as_ref()));
                 statuses.finish(pod, status);

@@ -122,6 +122,7 @@ pub(super) fn server(
         router: router_of_runtimes.clone(),
         stats: Arc::new(stats_provider(config, container_manager)),
         configz: Arc::new(crate::server::configz::configz(config)),
+        node_name: config.node_name.clone(),
     };
     Ok(Some(Server {
         name: "node API",

@@ -40,6 +40,8 @@ pub struct NodeApiState {
     pub stats: Arc<crate::stats::StatsProvider>,
     /// The body of `/configz` (the configuration does not change while the node runs).
     pub configz: Arc<serde_json::Value>,
+    /// For `kubelet_node_name`.
+    pub node_name: String,
 }
 
 impl axum::extract::FromRef<NodeApiState> for super::stats::StatsState {
@@ -65,6 +67,7 @@ pub fn router(state: NodeApiState, guard: Arc<Guard>) -> Router {
             get(container_logs),
         )
         .route("/metrics/probes", get(probe_metrics))
+        .route("/metrics", get(agent_metrics))
         .route("/metrics/plugins", get(plugin_metrics))
         .route("/configz", get(configz))
         .route("/stats/summary", get(super::stats::summary))
@@ -394,6 +397,48 @@ async fn container_logs(
             format!("reading the log of container {container:?} in pod {pod_name:?}: {e}"),
         ),
     }
+}
+
+/// `/metrics`: the agent's own (`crate::metrics`), with the running pods and
+/// containers counted from the runtimes now.
+async fn agent_metrics(State(state): State<NodeApiState>) -> Response {
+    let (mut pods, mut running, mut exited, mut created, mut unknown) = (0, 0, 0, 0, 0);
+    for runtime in state.router.runtimes() {
+        if let Ok(sandboxes) = runtime.list_pod_sandboxes().await {
+            pods += sandboxes
+                .iter()
+                .filter(|s| s.state == wasmlet_runtime::SandboxState::Ready)
+                .count() as i64;
+        }
+        if let Ok(containers) = runtime.list_containers().await {
+            for c in containers {
+                match c.state {
+                    ContainerState::Running => running += 1,
+                    ContainerState::Exited => exited += 1,
+                    ContainerState::Created => created += 1,
+                    _ => unknown += 1,
+                }
+            }
+        }
+    }
+    let text = crate::metrics::global().encode(
+        &state.node_name,
+        pods,
+        &[
+            ("running", running),
+            ("exited", exited),
+            ("created", created),
+            ("unknown", unknown),
+        ],
+    );
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
 }
 
 /// `/configz`.

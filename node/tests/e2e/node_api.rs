@@ -185,6 +185,20 @@ fn the_node_api_authenticates_and_authorizes_every_request() {
         "a certificate needs no TokenReview"
     );
     assert_eq!(get("/healthz", admin), (200, "ok".to_owned()));
+    // The agent's own metrics: the talker was created, started and is running.
+    let (code, body) = get("/metrics", admin);
+    assert_eq!(code, 200, "{body}");
+    let value = |series: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in {body}"))
+    };
+    assert!(value("kubelet_pod_start_duration_seconds_count") >= 1.0);
+    assert!(value("kubelet_pod_worker_duration_seconds_count{operation_type=\"create\"}") >= 1.0);
+    assert!(value("kubelet_pleg_relist_duration_seconds_count") >= 1.0);
+    assert!(value("kubelet_running_pods") >= 1.0);
+    assert!(value("kubelet_running_containers{container_state=\"running\"}") >= 1.0);
+    assert_eq!(value(&format!("kubelet_node_name{{node=\"{NODE}\"}}")), 1.0);
     let (code, body) = get("/configz", admin);
     assert_eq!(code, 200, "{body}");
     let configz: serde_json::Value = serde_json::from_str(&body).unwrap();
