@@ -1,5 +1,7 @@
-//! The node's HTTP endpoints: the read-only port (`/pods`, `/healthz`, `/readyz`) and
-//! the healthz port (`/healthz`, `/readyz`).
+//! The node's HTTP endpoints: the node API on `:10250` (TLS, authenticated and
+//! authorized: `node_api.rs` has its routes, `https.rs` its listener, `tls.rs`,
+//! `auth.rs` and `authz.rs` its guard), the read-only port (`/pods`, `/healthz`,
+//! `/readyz`) and the healthz port (`/healthz`, `/readyz`), both here.
 //!
 //! `/healthz` is the agent's liveness, as the kubelet's: the sync loop goes round and
 //! the PLEG relists. `/readyz` adds whether the node can run pods: every container
