@@ -47,15 +47,26 @@ fn asked(r: &SubjectAccessReview) -> (String, String, String, String) {
     )
 }
 
+/// The cluster CA as a file in a directory of its own, for `--client-ca-file`.
+fn client_ca_file(c: &crate::cluster::Cluster) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("client-ca.crt");
+    std::fs::write(&file, c.api.ca().pem()).unwrap();
+    (dir, file)
+}
+
+/// The node verifies client certificates (the API server's included) against `ca`.
+fn trust_client_ca(opts: &mut wasmlet_testkit::node::NodeOptions, ca: &std::path::Path) {
+    opts.extra_args
+        .extend(["--client-ca-file".into(), ca.display().to_string()]);
+}
+
 #[test]
 fn the_node_api_authenticates_and_authorizes_every_request() {
     let c = cluster();
-    let ca_dir = tempfile::tempdir().unwrap();
-    let ca_file = ca_dir.path().join("client-ca.crt");
-    std::fs::write(&ca_file, c.api.ca().pem()).unwrap();
+    let (_ca_dir, ca_file) = client_ca_file(&c);
     let mut opts = node_options(&c, &["ticker"]);
-    opts.extra_args
-        .extend(["--client-ca-file".into(), ca_file.display().to_string()]);
+    trust_client_ca(&mut opts, &ca_file);
     let node = start_with(opts);
     wait("the Node to be Ready", LONG, || {
         c.api.get::<Node>(None, NODE).filter(node_ready)
@@ -300,12 +311,9 @@ fn kubectl_access(
 #[test]
 fn kubectl_logs_reads_a_wasm_pods_log_through_the_api_server() {
     let c = cluster();
-    let ca_dir = tempfile::tempdir().unwrap();
-    let ca_file = ca_dir.path().join("client-ca.crt");
-    std::fs::write(&ca_file, c.api.ca().pem()).unwrap();
+    let (ca_dir, ca_file) = client_ca_file(&c);
     let mut opts = node_options(&c, &["ticker"]);
-    opts.extra_args
-        .extend(["--client-ca-file".into(), ca_file.display().to_string()]);
+    trust_client_ca(&mut opts, &ca_file);
     let node = start_with(opts);
     let (_tls, kubeconfig) = kubectl_access(&c, ca_dir.path());
     wait("the Node to be Ready", LONG, || {
@@ -394,12 +402,9 @@ fn kubectl_logs_reads_container_pods_and_previous_instances_of_both_kinds() {
     let containerd = Containerd::start().expect("containerd starts");
     containerd.import_test_images().expect("test images import");
     let c = cluster();
-    let ca_dir = tempfile::tempdir().unwrap();
-    let ca_file = ca_dir.path().join("client-ca.crt");
-    std::fs::write(&ca_file, c.api.ca().pem()).unwrap();
+    let (ca_dir, ca_file) = client_ca_file(&c);
     let mut opts = node_options(&c, &["crasher"]).with_cri(containerd.address());
-    opts.extra_args
-        .extend(["--client-ca-file".into(), ca_file.display().to_string()]);
+    trust_client_ca(&mut opts, &ca_file);
     let node = start_with(opts);
     let (_tls, kubeconfig) = kubectl_access(&c, ca_dir.path());
     wait("the Node to be Ready", LONG, || {

@@ -476,6 +476,21 @@ impl FakeRuntime {
         }
     }
 
+    /// `Ok` if the container exists and runs: what exec and a log reopen need.
+    fn running(&self, container_id: &str) -> Result<()> {
+        let st = self.state();
+        let c = st
+            .containers
+            .get(container_id)
+            .ok_or_else(|| Error::not_found("container", container_id))?;
+        if c.status.state != ContainerState::Running {
+            return Err(Error::FailedPrecondition(format!(
+                "container {container_id} is not running"
+            )));
+        }
+        Ok(())
+    }
+
     /// `reference` is not present and cannot be pulled (`ErrImagePull`).
     pub fn missing_image(&self, reference: &str) {
         let mut st = self.state();
@@ -812,16 +827,7 @@ impl Runtime for FakeRuntime {
     async fn reopen_container_log(&self, container_id: &str) -> Result<()> {
         self.begin(Call::ReopenContainerLog(container_id.to_owned()))
             .await?;
-        let st = self.state();
-        let c = st
-            .containers
-            .get(container_id)
-            .ok_or_else(|| Error::not_found("container", container_id))?;
-        if c.status.state != ContainerState::Running {
-            return Err(Error::FailedPrecondition(format!(
-                "container {container_id} is not running"
-            )));
-        }
+        self.running(container_id)?;
         Ok(())
     }
 
@@ -910,16 +916,7 @@ impl Runtime for FakeRuntime {
             command: command.to_vec(),
         })
         .await?;
-        let st = self.state();
-        let c = st
-            .containers
-            .get(container_id)
-            .ok_or_else(|| Error::not_found("container", container_id))?;
-        if c.status.state != ContainerState::Running {
-            return Err(Error::FailedPrecondition(format!(
-                "container {container_id} is not running"
-            )));
-        }
+        self.running(container_id)?;
         Ok(ExecResult {
             exit_code: 0,
             stdout: Vec::new(),

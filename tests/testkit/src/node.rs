@@ -93,13 +93,8 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
-/// A plain HTTP/1.0 GET on loopback: status code and body.
-pub fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
+/// The status code and body of a whole HTTP/1 response.
+fn status_and_body(raw: Vec<u8>) -> Result<(u16, String)> {
     let text = String::from_utf8(raw).context("response is not UTF-8")?;
     let (head, body) = text
         .split_once("\r\n\r\n")
@@ -110,6 +105,16 @@ pub fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
         .and_then(|c| c.parse().ok())
         .context("no status code")?;
     Ok((code, body.to_owned()))
+}
+
+/// A plain HTTP/1.0 GET on loopback: status code and body.
+pub fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    status_and_body(raw)
 }
 
 /// How a request to the node API authenticates.
@@ -170,16 +175,7 @@ pub fn https_get(
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
         Err(e) => return Err(e.into()),
     }
-    let text = String::from_utf8(raw).context("response is not UTF-8")?;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .context("malformed HTTP response")?;
-    let code: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .context("no status code")?;
-    Ok((code, body.to_owned()))
+    status_and_body(raw)
 }
 
 /// Polls `f` every 20 ms until it returns `Some` or `timeout` passes.
