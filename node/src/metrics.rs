@@ -1,6 +1,8 @@
 //! The agent's own metrics at `/metrics`, by the kubelet's names where it has them
 //! (`pkg/kubelet/metrics`): the PLEG's relists, the pod workers' syncs, pod start
-//! durations, and the running pods and containers (counted at each scrape). Encoded
+//! durations, the container runtime's operations (counted, failed and timed per
+//! operation by [`crate::kuberuntime::instrumented`]), and the running pods and
+//! containers (counted at each scrape). Encoded
 //! by prometheus-client in the OpenMetrics text format.
 //!
 //! One set per process ([`global`]), as the kubelet's registry is; tests make their own
@@ -10,9 +12,10 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 /// Prometheus' default buckets (`prometheus.DefBuckets`), the kubelet's for these.
@@ -49,6 +52,12 @@ fn default_histogram() -> Histogram {
     histogram(&DEFAULT_BUCKETS)
 }
 
+/// `kubelet_runtime_operations_duration_seconds`' buckets: 5ms growing by 2.5 times,
+/// 14 of them (the last about 6.1 hours), as the kubelet's.
+fn runtime_operation_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.5, 14))
+}
+
 /// What a pod worker did, as `kubelet_pod_worker_duration_seconds` labels it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncKind {
@@ -78,6 +87,7 @@ pub struct NodeMetrics {
     pleg_last_seen: Gauge<f64, std::sync::atomic::AtomicU64>,
     pod_worker_duration: Family<Operation, Histogram, fn() -> Histogram>,
     pod_start_duration: Histogram,
+    runtime_operations: RuntimeOperations,
     running_pods: Gauge,
     running_containers: Family<ContainerState, Gauge>,
     node_name: Family<NodeName, Gauge>,
@@ -123,6 +133,7 @@ impl NodeMetrics {
             "[ALPHA] Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
             pod_start_duration.clone(),
         );
+        let runtime_operations = RuntimeOperations::register(&mut registry);
         let running_pods = Gauge::default();
         registry.register(
             "kubelet_running_pods",
@@ -148,6 +159,7 @@ impl NodeMetrics {
             pleg_last_seen,
             pod_worker_duration,
             pod_start_duration,
+            runtime_operations,
             running_pods,
             running_containers,
             node_name,
@@ -180,6 +192,14 @@ impl NodeMetrics {
         self.pod_start_duration.observe(took.as_secs_f64());
     }
 
+    /// One call of the container runtime, `operation` by the kubelet's name for it
+    /// (`run_podsandbox`, `create_container`, …), that took `took` and returned an
+    /// error if `failed`. Every call is counted and timed; a failed one is also
+    /// counted as an error.
+    pub fn runtime_operation(&self, operation: &'static str, took: Duration, failed: bool) {
+        self.runtime_operations.record(operation, took, failed);
+    }
+
     /// The text of `/metrics`, with the running pods and containers as counted now.
     pub fn encode(
         &self,
@@ -204,6 +224,57 @@ impl NodeMetrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// The container runtime's operations, by operation type.
+struct RuntimeOperations {
+    total: Family<Operation, Counter>,
+    errors: Family<Operation, Counter>,
+    duration: Family<Operation, Histogram, fn() -> Histogram>,
+}
+
+impl RuntimeOperations {
+    /// Registers the families under the kubelet's names and HELP texts; the encoder
+    /// adds the counters' `_total` suffix and the HELP text's final full stop.
+    fn register(registry: &mut Registry) -> RuntimeOperations {
+        let total = Family::<Operation, Counter>::default();
+        registry.register(
+            "kubelet_runtime_operations",
+            "[ALPHA] Cumulative number of runtime operations by operation type",
+            total.clone(),
+        );
+        let errors = Family::<Operation, Counter>::default();
+        registry.register(
+            "kubelet_runtime_operations_errors",
+            "[ALPHA] Cumulative number of runtime operation errors by operation type",
+            errors.clone(),
+        );
+        let duration =
+            Family::new_with_constructor(runtime_operation_histogram as fn() -> Histogram);
+        registry.register(
+            "kubelet_runtime_operations_duration_seconds",
+            "[ALPHA] Duration in seconds of runtime operations. Broken down by operation type",
+            duration.clone(),
+        );
+        RuntimeOperations {
+            total,
+            errors,
+            duration,
+        }
+    }
+
+    fn record(&self, operation: &'static str, took: Duration, failed: bool) {
+        let labels = Operation {
+            operation_type: operation,
+        };
+        self.total.get_or_create(&labels).inc();
+        self.duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+        if failed {
+            self.errors.get_or_create(&labels).inc();
+        }
     }
 }
 
@@ -292,5 +363,59 @@ mod tests {
         );
         assert!(text.contains("# TYPE kubelet_pod_worker_duration_seconds histogram"));
         assert!(text.trim_end().ends_with("# EOF"));
+    }
+
+    #[test]
+    fn runtime_operations_are_counted_failed_and_timed_by_type() {
+        let m = NodeMetrics::new();
+        m.runtime_operation("create_container", Duration::from_millis(3), false);
+        m.runtime_operation("create_container", Duration::from_millis(20), true);
+        m.runtime_operation("pull_image", Duration::from_secs(2), false);
+        let text = m.encode("edge-1", 0, &[]);
+
+        let create = "{operation_type=\"create_container\"}";
+        assert_eq!(
+            sample(&text, &format!("kubelet_runtime_operations_total{create}")),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("kubelet_runtime_operations_errors_total{create}")
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "kubelet_runtime_operations_errors_total{operation_type=\"pull_image\"}"
+            ),
+            None,
+            "no error series for an operation that never failed"
+        );
+        // The buckets: 0.005, 0.0125, 0.03125, … ×2.5 each.
+        assert_eq!(
+            sample(
+                &text,
+                "kubelet_runtime_operations_duration_seconds_bucket{le=\"0.005\",operation_type=\"create_container\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "kubelet_runtime_operations_duration_seconds_bucket{le=\"0.03125\",operation_type=\"create_container\"}"
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "kubelet_runtime_operations_duration_seconds_count{operation_type=\"pull_image\"}"
+            ),
+            Some(1.0)
+        );
+        assert!(text.contains("# TYPE kubelet_runtime_operations counter"));
+        assert!(text.contains("# TYPE kubelet_runtime_operations_duration_seconds histogram"));
     }
 }

@@ -298,12 +298,18 @@ fn container_manager(
 /// runtime when one is configured, which then takes the default handler and every
 /// RuntimeClass handler other than wasmtime.
 async fn runtimes(config: &NodeConfig) -> anyhow::Result<Runtimes> {
+    // Each runtime is wrapped once, so the router's handlers share one instrumented
+    // runtime per backend and every call through them is measured.
+    let instrumented = |runtime: Arc<dyn Runtime>| -> Arc<dyn Runtime> {
+        use crate::kuberuntime::instrumented::InstrumentedRuntime;
+        Arc::new(InstrumentedRuntime::new(runtime, crate::metrics::global()))
+    };
     let wasm = wasm_runtime(config).await?;
-    let wasm_dyn: Arc<dyn Runtime> = Arc::new(wasm.clone());
+    let wasm_dyn = instrumented(Arc::new(wasm.clone()));
     let mut handlers = BTreeMap::from([(wasmlet_runtime_wasm::HANDLER.to_owned(), wasm_dyn)]);
     let mut default_handler = wasmlet_runtime_wasm::HANDLER.to_owned();
     if let Some(cri) = &config.cri {
-        let cri_dyn = cri_runtime(cri).await?;
+        let cri_dyn = instrumented(cri_runtime(cri).await?);
         // The CRI runtime is told the handler per sandbox.
         handlers.insert(String::new(), cri_dyn.clone());
         for handler in config.runtime_handlers.values() {

@@ -7,5 +7,6 @@ mod adoption;
 mod container_config;
 mod containers;
 mod images;
+pub mod instrumented;
 mod sandbox;
 pub mod termination;

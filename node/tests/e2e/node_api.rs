@@ -210,6 +210,14 @@ fn the_node_api_authenticates_and_authorizes_every_request() {
     assert!(value("kubelet_running_pods") >= 1.0);
     assert!(value("kubelet_running_containers{container_state=\"running\"}") >= 1.0);
     assert_eq!(value(&format!("kubelet_node_name{{node=\"{NODE}\"}}")), 1.0);
+    // Every runtime call goes through the instrumented runtime.
+    assert!(value("kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"}") >= 1.0);
+    assert!(
+        value(
+            "kubelet_runtime_operations_duration_seconds_count{operation_type=\"create_container\"}"
+        ) >= 1.0
+    );
+    assert!(value("kubelet_runtime_operations_total{operation_type=\"list_containers\"}") >= 1.0);
     let (code, body) = get("/configz", admin);
     assert_eq!(code, 200, "{body}");
     let configz: serde_json::Value = serde_json::from_str(&body).unwrap();
