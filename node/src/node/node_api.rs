@@ -88,15 +88,22 @@ pub(super) fn server(
         );
         return Ok(None);
     }
-    let pair = serving_pair(&settings.tls, &config.node_name, &serving_ips(config))
-        .context("the node API's serving certificate")?;
-    let slot = CertSlot::new(pair).context("the node API's serving certificate")?;
+    let bootstrap = config
+        .cluster
+        .as_ref()
+        .is_some_and(|c| c.certificates.server_tls_bootstrap);
+    // With serverTLSBootstrap the certificate comes only from a kubelet-serving CSR:
+    // until one is issued the slot is empty and handshakes fail, as the kubelet's.
+    let slot = if bootstrap && certificates.is_some() {
+        CertSlot::empty()
+    } else {
+        let pair = serving_pair(&settings.tls, &config.node_name, &serving_ips(config))
+            .context("the node API's serving certificate")?;
+        CertSlot::new(pair).context("the node API's serving certificate")?
+    };
     // The serving CSRs go through the watch client: waiting for one is a watch.
     if let Some((rotations, watch)) = certificates
-        && config
-            .cluster
-            .as_ref()
-            .is_some_and(|c| c.certificates.server_tls_bootstrap)
+        && bootstrap
     {
         rotations.push(serving_rotation(config, watch, &slot)?);
     }
@@ -136,8 +143,9 @@ pub(super) fn server(
 /// `serverTLSBootstrap`: the serving certificate from `kubelet-serving` CSRs, kept in
 /// `<cert-dir>/kubelet-server-current.pem` and rotated like the client certificate;
 /// each issued pair replaces the slot's, so new handshakes present it. One issued
-/// earlier and still valid is served at once; until the first is issued the node
-/// serves the pair it made or read (`serving_pair`).
+/// earlier and still valid is served at once; until the first is issued the slot is
+/// empty and the node API completes no handshake (the kubelet has no certificate then
+/// either; `tlsCertFile` and the self-signed pair are not used).
 fn serving_rotation(
     config: &NodeConfig,
     client: &kube::Client,

@@ -215,32 +215,44 @@ fn self_signed_between(
     ))
 }
 
-/// The serving certificate, swappable while the server runs.
+/// The serving certificate, swappable while the server runs. An empty slot (with
+/// `serverTLSBootstrap`, until the first `kubelet-serving` CSR is issued) fails every
+/// handshake, as the kubelet has no certificate to present until then.
 #[derive(Debug)]
 pub struct CertSlot {
-    current: RwLock<Arc<CertifiedKey>>,
+    current: RwLock<Option<Arc<CertifiedKey>>>,
 }
 
 impl CertSlot {
     pub fn new(pair: ServingPair) -> Result<Arc<CertSlot>, TlsError> {
         Ok(Arc::new(CertSlot {
-            current: RwLock::new(certified(pair)?),
+            current: RwLock::new(Some(certified(pair)?)),
         }))
+    }
+
+    /// A slot with no certificate yet: handshakes fail until [`Self::replace`].
+    pub fn empty() -> Arc<CertSlot> {
+        Arc::new(CertSlot {
+            current: RwLock::new(None),
+        })
     }
 
     /// Serves `pair` from the next handshake on.
     pub fn replace(&self, pair: ServingPair) -> Result<(), TlsError> {
         let key = certified(pair)?;
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = key;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(key);
         Ok(())
     }
 
-    /// The certificate chain served now.
+    /// The certificate chain served now (empty while there is none).
     pub fn chain(&self) -> Vec<CertificateDer<'static>> {
+        self.served().map(|k| k.cert.clone()).unwrap_or_default()
+    }
+
+    fn served(&self) -> Option<Arc<CertifiedKey>> {
         self.current
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .cert
             .clone()
     }
 }
@@ -256,12 +268,13 @@ fn certified(pair: ServingPair) -> Result<Arc<CertifiedKey>, TlsError> {
 
 impl ResolvesServerCert for CertSlot {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(
-            self.current
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-        )
+        let served = self.served();
+        if served.is_none() {
+            tracing::debug!(
+                "TLS handshake refused: no serving certificate available for the node yet"
+            );
+        }
+        served
     }
 }
 
@@ -593,5 +606,16 @@ mod tests {
         let slot = CertSlot::new(serving_pair(&s, "n", &[]).unwrap()).unwrap();
         let err = server_config(&s, slot).err().expect("an error");
         assert!(err.to_string().contains("ca.crt"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_slot_serves_nothing_until_a_pair_is_put_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path());
+        let slot = CertSlot::empty();
+        assert!(slot.served().is_none());
+        assert!(slot.chain().is_empty());
+        slot.replace(serving_pair(&s, "n", &[]).unwrap()).unwrap();
+        assert_eq!(slot.chain().len(), 2, "the leaf and its self-signed CA");
     }
 }

@@ -282,22 +282,28 @@ fn with_server_tls_bootstrap_the_node_api_serves_a_certificate_issued_through_a_
             .find(|csr| csr.spec.signer_name == KUBELET_SERVING_SIGNER)
     });
     // Longer than a request's deadline: the node keeps waiting for the same CSR, and
-    // meanwhile serves its self-signed certificate, which the cluster CA does not sign.
+    // meanwhile has no certificate to present: the server ends every handshake with an
+    // alert (a self-signed certificate would fail on the client's side instead).
     std::thread::sleep(Duration::from_secs(12));
     let serving_csrs = csrs(&c.api)
         .into_iter()
         .filter(|csr| csr.spec.signer_name == KUBELET_SERVING_SIGNER)
         .count();
     assert_eq!(serving_csrs, 1, "one request while it waits");
+    let refused = https_get(
+        node.api_port,
+        c.api.ca().pem(),
+        "/healthz",
+        NodeApiAuth::None,
+    )
+    .expect_err("no certificate is served before one is issued");
     assert!(
-        https_get(
-            node.api_port,
-            c.api.ca().pem(),
-            "/healthz",
-            NodeApiAuth::None
-        )
-        .is_err(),
-        "not the cluster's certificate before one is issued"
+        format!("{refused:#}").contains("received fatal alert"),
+        "the server refuses the handshake: {refused:#}"
+    );
+    assert!(
+        !c.cert_dir.join("kubelet.crt").exists(),
+        "no self-signed pair is made"
     );
     let name = pending.metadata.name.clone().unwrap();
     c.api.approve_csr(&name).unwrap();
