@@ -194,6 +194,7 @@ struct KubeletConfiguration {
     container_log_max_files: Option<i64>,
     container_log_monitor_interval: Option<String>,
     container_log_max_workers: Option<i64>,
+    enable_system_log_handler: Option<bool>,
     authentication: Option<node_api::AuthenticationSection>,
     authorization: Option<node_api::AuthorizationSection>,
     wasmlet: Option<WasmletSection>,

@@ -143,6 +143,8 @@ pub struct NodeApiSettings {
     pub authz: AuthzMode,
     /// `KubeletFineGrainedAuthz` (alpha, off, in 1.32).
     pub fine_grained: bool,
+    /// `enableSystemLogHandler` (default true): `/logs/` serves the node's `/var/log`.
+    pub system_log_handler: bool,
 }
 
 impl NodeApiSettings {
@@ -249,6 +251,7 @@ impl NodeFlags {
             },
             authz,
             fine_grained: false,
+            system_log_handler: file.enable_system_log_handler.take().unwrap_or(true),
         }
     }
 }
@@ -283,6 +286,13 @@ mod tests {
             kubeconfig: Some("/k".into()),
             ..NodeFlags::default()
         }
+    }
+
+    #[test]
+    fn the_system_log_handler_is_on_unless_the_file_turns_it_off() {
+        assert!(resolve("", in_cluster()).unwrap().system_log_handler);
+        let off = resolve("enableSystemLogHandler: false\n", in_cluster()).unwrap();
+        assert!(!off.system_log_handler);
     }
 
     #[test]

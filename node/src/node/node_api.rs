@@ -130,12 +130,17 @@ pub(super) fn server(
         stats: Arc::new(stats_provider(config, container_manager)),
         configz: Arc::new(crate::server::configz::configz(config)),
         node_name: config.node_name.clone(),
+        system_logs: settings
+            .system_log_handler
+            .then(|| crate::server::node_logs::NodeLogs {
+                root: crate::server::node_logs::SYSTEM_LOG_DIR.into(),
+            }),
     };
     Ok(Some(Server {
         name: "node API",
         addr: SocketAddr::new(config.address, config.port),
         router: router(state, guard),
-        serving: "serving the node API over TLS (/containerLogs, /pods, /healthz, /metrics/probes, /stats/summary, /metrics/resource)",
+        serving: "serving the node API over TLS (/containerLogs, /pods, /healthz, /metrics, /metrics/probes, /stats/summary, /metrics/resource, /logs/)",
         tls: Some(Arc::new(tls)),
     }))
 }

@@ -16,6 +16,10 @@ pub fn configz(config: &NodeConfig) -> Value {
     };
     let path = |p: &std::path::Path| json!(p.display().to_string());
     put("enableServer", json!(true));
+    put(
+        "enableSystemLogHandler",
+        json!(config.node_api.system_log_handler),
+    );
     if let Some(p) = &config.static_pod_path {
         put("staticPodPath", path(p));
     }

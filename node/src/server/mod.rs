@@ -18,6 +18,7 @@ pub mod configz;
 pub mod https;
 pub mod logs;
 pub mod node_api;
+pub mod node_logs;
 pub mod stats;
 pub mod tls;
 

@@ -1,7 +1,8 @@
 //! The node API's endpoints on `:10250`, behind authentication and authorization
 //! ([`super::authz::filter`]): `/healthz` (and `/healthz/ping`, `/healthz/syncloop`),
 //! `/pods`, `/runningpods/`, `/containerLogs/{ns}/{pod}/{container}` and the metrics
-//! the node keeps (`/metrics/probes`, `/metrics/plugins`), and the statistics
+//! the node keeps (`/metrics/probes`, `/metrics/plugins`), the node's logs (`/logs/`:
+//! [`super::node_logs`]), and the statistics
 //! (`/stats/summary`, `/metrics/resource`: [`super::stats`]). `/metrics/cadvisor` and
 //! streaming (`/exec`, `/attach`, `/portForward`) come with their issues.
 //!
@@ -42,6 +43,8 @@ pub struct NodeApiState {
     pub configz: Arc<serde_json::Value>,
     /// For `kubelet_node_name`.
     pub node_name: String,
+    /// `/logs/`, unless `enableSystemLogHandler` is off.
+    pub system_logs: Option<super::node_logs::NodeLogs>,
 }
 
 impl axum::extract::FromRef<NodeApiState> for super::stats::StatsState {
@@ -56,6 +59,14 @@ impl axum::extract::FromRef<NodeApiState> for super::stats::StatsState {
 
 /// The router, every route behind `guard`.
 pub fn router(state: NodeApiState, guard: Arc<Guard>) -> Router {
+    let logs = match state.system_logs.clone() {
+        Some(logs) => Router::new()
+            .route("/logs", get(super::node_logs::serve))
+            .route("/logs/", get(super::node_logs::serve))
+            .route("/logs/{*path}", get(super::node_logs::serve))
+            .with_state(logs),
+        None => Router::new(),
+    };
     Router::new()
         .route("/healthz", get(healthz))
         .route("/healthz/ping", get(|| async { "ok" }))
@@ -74,6 +85,7 @@ pub fn router(state: NodeApiState, guard: Arc<Guard>) -> Router {
         .route("/metrics/resource", get(super::stats::resource_metrics))
         .fallback(not_found)
         .with_state(state)
+        .merge(logs)
         .layer(axum::middleware::from_fn_with_state(
             guard,
             super::authz::filter,

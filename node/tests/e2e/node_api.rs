@@ -232,6 +232,25 @@ fn the_node_api_authenticates_and_authorizes_every_request() {
     let (code, body) = get("/runningpods/", admin);
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("\"talker\""), "{body}");
+    // The node's own logs: /var/log listed and its files served.
+    let (code, body) = get("/logs/", admin);
+    assert_eq!(code, 200, "{body}");
+    let mut files: Vec<String> = std::fs::read_dir("/var/log")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    for name in &files {
+        assert!(body.contains(&format!(">{name}</a>")), "{name} in {body}");
+    }
+    if let Some(name) = files.iter().find(|n| n.ends_with(".log")) {
+        let (code, served) = get(&format!("/logs/{name}"), admin);
+        assert_eq!(code, 200, "{served}");
+        let on_disk = std::fs::read(format!("/var/log/{name}")).unwrap();
+        assert_eq!(served.len(), on_disk.len(), "/logs/{name}");
+    }
     let (code, body) = get("/containerLogs/default/talker/main?tailLines=1", admin);
     assert_eq!(code, 200, "{body}");
     assert!(
