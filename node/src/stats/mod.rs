@@ -28,8 +28,12 @@
 //!   [`rate::MIN_WINDOW`] in the same request, so every answer has a rate and no
 //!   background task runs.
 //!
-//! Left out: pod network (pods' network namespaces), volumes, ephemeral storage and
-//! container rootfs/logs, system containers, swap, PSI, accelerators.
+//! - **pod network**: `/proc/<pid>/net/dev` of a process in the pod cgroup (its
+//!   network namespace is the pod's; a pod in the node's namespace reports the node's
+//!   interfaces, as upstream does for host-network pods), `eth0` inline when present.
+//!
+//! Left out: volumes, ephemeral storage and container rootfs/logs, system
+//! containers, swap, PSI, accelerators.
 
 pub mod cgroupfs;
 pub mod metrics;
@@ -108,6 +112,10 @@ pub struct StatsProvider {
     rates: CpuRates,
 }
 
+/// The interface a pod's network figures are inlined from (the kubelet's
+/// `network.DefaultInterfaceName`).
+const POD_INTERFACE: &str = "eth0";
+
 /// The node's key in the rate cache (cgroup paths all start with `/`).
 const NODE_KEY: &str = "node";
 
@@ -132,6 +140,8 @@ struct PodPlan {
     start_time: Option<Time>,
     cgroup: Option<String>,
     process_count: Option<u64>,
+    /// A process in the pod cgroup, whose network namespace is the pod's.
+    pid: Option<u32>,
     containers: Vec<ContainerPlan>,
 }
 
@@ -191,13 +201,12 @@ impl StatsProvider {
             let Some(uid) = pod.metadata.uid.clone() else {
                 continue;
             };
-            let (cgroup, process_count) = match (cgroups.get(&uid), &self.config.pod_cgroups) {
-                (Some((rel, name)), Some(pc)) => (
-                    Some(rel.clone()),
-                    pc.cgroups.pids(name).ok().map(|p| p.len() as u64),
-                ),
+            let (cgroup, pids) = match (cgroups.get(&uid), &self.config.pod_cgroups) {
+                (Some((rel, name)), Some(pc)) => (Some(rel.clone()), pc.cgroups.pids(name).ok()),
                 _ => (None, None),
             };
+            let process_count = pids.as_ref().map(|p| p.len() as u64);
+            let pid = pids.and_then(|p| p.first().copied());
             let status = pod.status.as_ref();
             let single = pod.spec.as_ref().is_some_and(|s| s.containers.len() == 1);
             let containers = status
@@ -229,6 +238,7 @@ impl StatsProvider {
                 start_time: status.and_then(|s| s.start_time.as_ref()).map(k8s_time),
                 cgroup,
                 process_count,
+                pid,
                 containers,
             });
         }
@@ -384,6 +394,9 @@ impl StatsProvider {
                 process_stats: p.process_count.map(|n| ProcessStats {
                     process_count: Some(n),
                 }),
+                network: p
+                    .pid
+                    .and_then(|pid| self.network(&format!("{pid}/net"), Some(POD_INTERFACE), now)),
                 ..PodStats::default()
             })
             .collect();
@@ -394,7 +407,7 @@ impl StatsProvider {
             start_time: self.boot_time(),
             cpu: cpu(NODE_KEY),
             memory: memory(NODE_KEY),
-            network: self.network(now),
+            network: self.network("net", None, now),
             fs: fs_stats(&self.config.root_dir, now),
             runtime: image_fs(runtimes, now).await.map(|fs| RuntimeStats {
                 image_fs: Some(fs),
@@ -420,9 +433,15 @@ impl StatsProvider {
         jiff::Timestamp::from_second(secs).ok().map(Time)
     }
 
-    fn network(&self, now: Time) -> Option<NetworkStats> {
-        let devs = procfs::parse_net_dev(&self.read_proc("net/dev"));
-        let default = procfs::default_route_interface(&self.read_proc("net/route"));
+    /// The interfaces of the network namespace whose `net` directory is `net` (below
+    /// `/proc`), but `lo`; inline the `prefer`red one when there is one (a pod's
+    /// `eth0`, as the kubelet's), else the default route's, else the first.
+    fn network(&self, net: &str, prefer: Option<&str>, now: Time) -> Option<NetworkStats> {
+        let devs = procfs::parse_net_dev(&self.read_proc(&format!("{net}/dev")));
+        let default = prefer
+            .filter(|p| devs.iter().any(|d| d.name == *p))
+            .map(str::to_owned)
+            .or_else(|| procfs::default_route_interface(&self.read_proc(&format!("{net}/route"))));
         let iface = |d: &procfs::NetDev| InterfaceStats {
             name: d.name.clone(),
             rx_bytes: Some(d.rx_bytes),
@@ -568,6 +587,15 @@ mod tests {
             &proc.join("net/route"),
             "Iface\tDestination\neth0\t00000000\n",
         );
+        // Process 10 (both pods' first) sits in a network namespace of its own.
+        write(
+            &proc.join("10/net/dev"),
+            "h1\nh2\n    lo: 7 7 0 0 0 0 0 0 7 7 0 0 0 0 0 0\n  eth1: 9 1 0 0 0 0 0 0 9 1 0 0 0 0 0 0\n  eth0: 700 7 0 0 0 0 0 0 800 8 1 0 0 0 0 0\n",
+        );
+        write(
+            &proc.join("10/net/route"),
+            "Iface\tDestination\neth1\t00000000\n",
+        );
         write(&proc.join("loadavg"), "0.1 0.2 0.3 1/321 99\n");
         write(&proc.join("sys/kernel/pid_max"), "4194304\n");
         let cgroups = CgroupManager::v1(&cg, Driver::Cgroupfs).unwrap();
@@ -621,6 +649,20 @@ mod tests {
         assert_eq!(mem.available_bytes, Some(67108864 - (10485760 - 1048576)));
         assert_eq!((mem.page_faults, mem.major_page_faults), (Some(9), Some(1)));
         assert_eq!(a.process_stats.as_ref().unwrap().process_count, Some(2));
+        // The pod's network namespace, read through one of its processes: eth0
+        // inline (not the default route's eth1), lo left out.
+        let net = a.network.as_ref().unwrap();
+        assert_eq!(net.default.name, "eth0");
+        assert_eq!(
+            (
+                net.default.rx_bytes,
+                net.default.tx_bytes,
+                net.default.tx_errors
+            ),
+            (Some(700), Some(800), Some(1))
+        );
+        let names: Vec<&str> = net.interfaces.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, ["eth1", "eth0"]);
         // A Wasm pod's only container carries the pod's figures.
         assert_eq!(a.containers[0].cpu, a.cpu);
         assert_eq!(

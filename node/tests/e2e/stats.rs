@@ -342,6 +342,28 @@ fn a_cri_containers_stats_are_its_own_cgroups() {
     within(p_cpu as f64, before.1.0 as f64, after.1.0 as f64, "pod cpu");
     // The pod's cgroup holds the container's and the sandbox's.
     assert!(p_cpu >= c_cpu, "pod {p_cpu} < container {c_cpu}");
+    // The pod's network: the interfaces of the container's network namespace.
+    let pid = std::fs::read_to_string(own("cpuacct").join("cgroup.procs")).unwrap();
+    let pid = pid.lines().next().expect("a process in the container");
+    let dev = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).unwrap();
+    let mut want: Vec<String> = dev
+        .lines()
+        .skip(2)
+        .filter_map(|l| Some(l.split_once(':')?.0.trim().to_owned()))
+        .filter(|n| n != "lo")
+        .collect();
+    want.sort();
+    let mut got: Vec<String> = p["network"]["interfaces"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no pod network in {p}"))
+        .iter()
+        .map(|i| {
+            assert!(i["rxBytes"].is_u64(), "{i}");
+            i["name"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, want, "the pod's interfaces");
     eprintln!(
         "cri: container cpu {c_cpu} ns (cgroup {}..{}), working set {c_ws} (cgroup {}..{}); pod cpu {p_cpu} (cgroup {}..{})",
         before.0.0, after.0.0, before.0.1, after.0.1, before.1.0, after.1.0
