@@ -22,13 +22,14 @@ use std::time::Duration;
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
 };
 use tokio::time::Instant;
 
 use super::auth::{Authenticator, Authn, Credential, ReviewError, User};
+use super::text;
 use crate::config::AuthzMode;
 
 /// How many answers the SubjectAccessReview cache keeps (the webhook authorizer's LRU).
@@ -429,16 +430,6 @@ impl Guard {
     }
 }
 
-/// A plain-text answer, as Go's `http.Error` / go-restful's `WriteErrorString` send it.
-fn text(code: StatusCode, body: String) -> Response {
-    (
-        code,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        body,
-    )
-        .into_response()
-}
-
 /// Go's `%v` of a `[]string`: `[a b]`.
 fn go_list(items: &[&str]) -> String {
     format!("[{}]", items.join(" "))
@@ -458,14 +449,14 @@ pub async fn filter(State(guard): State<Arc<Guard>>, req: Request, next: Next) -
         Authn::Authenticated(user) => user,
         Authn::Unauthenticated(reason) => {
             tracing::debug!(path = parts.uri.path(), %reason, "Unauthorized");
-            return text(StatusCode::UNAUTHORIZED, "Unauthorized".to_owned());
+            return text(StatusCode::UNAUTHORIZED, "Unauthorized");
         }
         Authn::Error(error) => {
             tracing::error!(
                 path = parts.uri.path(),
                 "Unable to authenticate the request due to an error: {error}"
             );
-            return text(StatusCode::UNAUTHORIZED, "Unauthorized".to_owned());
+            return text(StatusCode::UNAUTHORIZED, "Unauthorized");
         }
     };
     if credential == Credential::Token {

@@ -103,6 +103,27 @@ async fn readyz(State(state): State<ServerState>, Query(q): Query<HealthQuery>) 
     )
 }
 
+/// A plain-text answer, as Go's `http.Error` / go-restful's `WriteErrorString` send it.
+pub(crate) fn text(code: StatusCode, body: impl Into<String>) -> Response {
+    (
+        code,
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; charset=utf-8",
+        )],
+        body.into(),
+    )
+        .into_response()
+}
+
+/// The body of Go's `http.NotFound`.
+pub(crate) const NOT_FOUND_TEXT: &str = "404 page not found\n";
+
+/// Go's `http.NotFound`.
+pub(crate) fn not_found() -> Response {
+    text(StatusCode::NOT_FOUND, NOT_FOUND_TEXT)
+}
+
 /// Metrics in the Prometheus text format.
 pub(crate) fn prometheus_text(text: String) -> Response {
     (

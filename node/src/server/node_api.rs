@@ -28,7 +28,7 @@ use wasmlet_runtime::{ContainerEventKind, ContainerState, Runtime};
 
 use super::authz::Guard;
 use super::logs::{self, LogOptions};
-use super::{Check, ServerState, prometheus_text};
+use super::{Check, ServerState, not_found, prometheus_text, text};
 use crate::pod_state::labels;
 use crate::router::RuntimeRouter;
 
@@ -59,14 +59,10 @@ impl axum::extract::FromRef<NodeApiState> for super::stats::StatsState {
 
 /// The router, every route behind `guard`.
 pub fn router(state: NodeApiState, guard: Arc<Guard>) -> Router {
-    let logs = match state.system_logs.clone() {
-        Some(logs) => Router::new()
-            .route("/logs", get(super::node_logs::serve))
-            .route("/logs/", get(super::node_logs::serve))
-            .route("/logs/{*path}", get(super::node_logs::serve))
-            .with_state(logs),
-        None => Router::new(),
-    };
+    let logs = state
+        .system_logs
+        .clone()
+        .map_or_else(Router::new, super::node_logs::router);
     Router::new()
         .route("/healthz", get(healthz))
         .route("/healthz/ping", get(|| async { "ok" }))
@@ -83,26 +79,13 @@ pub fn router(state: NodeApiState, guard: Arc<Guard>) -> Router {
         .route("/configz", get(configz))
         .route("/stats/summary", get(super::stats::summary))
         .route("/metrics/resource", get(super::stats::resource_metrics))
-        .fallback(not_found)
+        .fallback(async || not_found())
         .with_state(state)
         .merge(logs)
         .layer(axum::middleware::from_fn_with_state(
             guard,
             super::authz::filter,
         ))
-}
-
-fn text(code: StatusCode, body: impl Into<String>) -> Response {
-    (
-        code,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        body.into(),
-    )
-        .into_response()
-}
-
-async fn not_found() -> Response {
-    text(StatusCode::NOT_FOUND, "404 page not found\n")
 }
 
 /// `/healthz`: `ok` when every liveness check passes (the kubelet's ping, log and
@@ -133,7 +116,7 @@ async fn healthz_check(State(state): State<NodeApiState>, Path(name): Path<Strin
         .find(|(n, _)| *n == name)
         .map(|(_, c)| c);
     match check.map(|c| c()) {
-        None => not_found().await,
+        None => not_found(),
         Some(Ok(_)) => text(StatusCode::OK, "ok"),
         Some(Err(e)) => text(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -23,6 +23,8 @@ use axum::http::Uri;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::{NOT_FOUND_TEXT, not_found, text};
+
 /// The directory the kubelet serves.
 pub const SYSTEM_LOG_DIR: &str = "/var/log";
 
@@ -32,17 +34,18 @@ pub struct NodeLogs {
     pub root: PathBuf,
 }
 
-fn text(code: StatusCode, body: impl Into<String>) -> Response {
-    (
-        code,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        body.into(),
-    )
-        .into_response()
-}
-
 fn redirect(to: &str) -> Response {
     (StatusCode::MOVED_PERMANENTLY, [(header::LOCATION, to)]).into_response()
+}
+
+/// The routes of `/logs/` (the bare `/logs` is redirected to it), reading `logs`.
+pub fn router(logs: NodeLogs) -> axum::Router {
+    use axum::routing::get;
+    axum::Router::new()
+        .route("/logs", get(serve))
+        .route("/logs/", get(serve))
+        .route("/logs/{*path}", get(serve))
+        .with_state(logs)
 }
 
 /// The segments of `path` below the root, cleaned as Go's `path.Clean("/" + path)`.
@@ -64,7 +67,7 @@ pub fn clean(path: &str) -> Vec<&str> {
 pub async fn serve(State(logs): State<NodeLogs>, uri: Uri) -> Response {
     let raw = uri.path();
     let Some(rest) = raw.strip_prefix("/logs") else {
-        return text(StatusCode::NOT_FOUND, "404 page not found\n");
+        return not_found();
     };
     let decoded = match percent_decode(rest) {
         Some(d) => d,
@@ -92,7 +95,7 @@ enum Entry {
 /// What `target` is, its symbolic links resolved and kept inside `root`; or the
 /// status and message of the refusal.
 fn resolve(root: &Path, target: &Path) -> Result<Entry, (StatusCode, &'static str)> {
-    const NOT_FOUND: (StatusCode, &str) = (StatusCode::NOT_FOUND, "404 page not found\n");
+    const NOT_FOUND: (StatusCode, &str) = (StatusCode::NOT_FOUND, NOT_FOUND_TEXT);
     let root = std::fs::canonicalize(root).map_err(|_| NOT_FOUND)?;
     let real = match std::fs::canonicalize(target) {
         Ok(r) => r,

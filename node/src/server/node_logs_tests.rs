@@ -1,7 +1,5 @@
 use super::*;
-use axum::Router;
 use axum::http::Request;
-use axum::routing::get;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
@@ -20,13 +18,9 @@ fn fixture() -> (tempfile::TempDir, tempfile::TempDir) {
 }
 
 async fn get_path(root: &Path, path: &str) -> (StatusCode, Option<String>, String) {
-    let app = Router::new()
-        .route("/logs", get(serve))
-        .route("/logs/", get(serve))
-        .route("/logs/{*path}", get(serve))
-        .with_state(NodeLogs {
-            root: root.to_path_buf(),
-        });
+    let app = router(NodeLogs {
+        root: root.to_path_buf(),
+    });
     let resp = app
         .oneshot(Request::get(path).body(Body::empty()).unwrap())
         .await
