@@ -88,23 +88,23 @@ pub(super) fn server(
         );
         return Ok(None);
     }
-    let bootstrap = config
-        .cluster
-        .as_ref()
-        .is_some_and(|c| c.certificates.server_tls_bootstrap);
-    // With serverTLSBootstrap the certificate comes only from a kubelet-serving CSR:
-    // until one is issued the slot is empty and handshakes fail, as the kubelet's.
-    let slot = if bootstrap && certificates.is_some() {
+    // With serverTLSBootstrap the certificate comes only from kubelet-serving CSRs,
+    // sent through the watch client (waiting for one is a watch): until one is issued
+    // the slot is empty and handshakes fail, as the kubelet's.
+    let serving_csrs = certificates.filter(|_| {
+        config
+            .cluster
+            .as_ref()
+            .is_some_and(|c| c.certificates.server_tls_bootstrap)
+    });
+    let slot = if serving_csrs.is_some() {
         CertSlot::empty()
     } else {
         let pair = serving_pair(&settings.tls, &config.node_name, &serving_ips(config))
             .context("the node API's serving certificate")?;
         CertSlot::new(pair).context("the node API's serving certificate")?
     };
-    // The serving CSRs go through the watch client: waiting for one is a watch.
-    if let Some((rotations, watch)) = certificates
-        && bootstrap
-    {
+    if let Some((rotations, watch)) = serving_csrs {
         rotations.push(serving_rotation(config, watch, &slot)?);
     }
     let tls = server_config(&settings.tls, slot).context("the node API's TLS settings")?;
