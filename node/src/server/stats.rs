@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 
 use super::prometheus_text;
 use crate::router::RuntimeRouter;
-use crate::stats::StatsProvider;
 use crate::stats::metrics::resource_metrics_text;
+use crate::stats::{Detail, StatsProvider};
 use crate::status::StatusStore;
 
 /// `only_cpu_and_memory` of a query, as the kubelet reads it: Go's `ParseBool` of
@@ -38,22 +38,27 @@ pub struct StatsState {
 }
 
 pub async fn summary(State(state): State<StatsState>, RawQuery(query): RawQuery) -> Response {
-    let only = only_cpu_and_memory(query.as_deref().unwrap_or_default());
-    let pods = state.statuses.pods();
-    let (summary, _) = state.stats.summary(&pods, &state.router.runtimes()).await;
-    let summary = if only {
-        summary.cpu_and_memory_only()
+    let detail = if only_cpu_and_memory(query.as_deref().unwrap_or_default()) {
+        Detail::CpuAndMemory
     } else {
-        summary
+        Detail::Full
     };
+    let pods = state.statuses.pods();
+    let (summary, _) = state
+        .stats
+        .summary(&pods, &state.router.runtimes(), detail)
+        .await;
     axum::Json(summary).into_response()
 }
 
 /// `/metrics/resource`.
 pub async fn resource_metrics(State(state): State<StatsState>) -> Response {
     let pods = state.statuses.pods();
-    let (summary, failed) = state.stats.summary(&pods, &state.router.runtimes()).await;
-    prometheus_text(resource_metrics_text(summary.cpu_and_memory_only(), failed))
+    let (summary, failed) = state
+        .stats
+        .summary(&pods, &state.router.runtimes(), Detail::CpuAndMemory)
+        .await;
+    prometheus_text(resource_metrics_text(summary, failed))
 }
 
 #[cfg(test)]

@@ -105,6 +105,16 @@ pub struct StatsConfig {
     pub pod_cgroups: Option<PodCgroups>,
 }
 
+/// How much of the Summary to read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detail {
+    Full,
+    /// [`Summary::cpu_and_memory_only`]'s fields (`?only_cpu_and_memory=true`,
+    /// `/metrics/resource`): networks, filesystems, the image filesystem and rlimit
+    /// are not read at all.
+    CpuAndMemory,
+}
+
 /// Builds Summaries; keeps the previous CPU reading per cgroup.
 pub struct StatsProvider {
     config: StatsConfig,
@@ -323,13 +333,16 @@ impl StatsProvider {
         })
     }
 
-    /// The Summary of the node and `pods` (the node's pods, with their status), and
-    /// whether some of it could not be read. `runtimes` give `runtime.imageFs`.
+    /// The Summary of the node and `pods` (the node's pods, with their status) to
+    /// `detail`, and whether some of it could not be read. `runtimes` give
+    /// `runtime.imageFs`.
     pub async fn summary(
         self: &Arc<Self>,
         pods: &[Pod],
         runtimes: &[Arc<dyn Runtime>],
+        detail: Detail,
     ) -> (Summary, bool) {
+        let full = detail == Detail::Full;
         let mut reading = self.read(pods.to_vec()).await;
         // A cgroup read for the first time: read everything again a window later,
         // so that it has a rate too.
@@ -396,6 +409,7 @@ impl StatsProvider {
                 }),
                 network: p
                     .pid
+                    .filter(|_| full)
                     .and_then(|pid| self.network(&format!("{pid}/net"), Some(POD_INTERFACE), now)),
                 ..PodStats::default()
             })
@@ -407,21 +421,29 @@ impl StatsProvider {
             start_time: self.boot_time(),
             cpu: cpu(NODE_KEY),
             memory: memory(NODE_KEY),
-            network: self.network("net", None, now),
-            fs: fs_stats(&self.config.root_dir, now),
-            runtime: image_fs(runtimes, now).await.map(|fs| RuntimeStats {
-                image_fs: Some(fs),
-                container_fs: None,
-            }),
-            rlimit: Some(self.rlimit(now)),
+            network: None,
+            fs: None,
+            runtime: None,
+            rlimit: None,
         };
-        (
-            Summary {
-                node,
-                pods: pod_stats,
-            },
-            failed,
-        )
+        let mut summary = Summary {
+            node,
+            pods: pod_stats,
+        };
+        match detail {
+            Detail::Full => {
+                let n = &mut summary.node;
+                n.network = self.network("net", None, now);
+                n.fs = fs_stats(&self.config.root_dir, now);
+                n.runtime = image_fs(runtimes, now).await.map(|fs| RuntimeStats {
+                    image_fs: Some(fs),
+                    container_fs: None,
+                });
+                n.rlimit = Some(self.rlimit(now));
+            }
+            Detail::CpuAndMemory => summary = summary.cpu_and_memory_only(),
+        }
+        (summary, failed)
     }
 
     fn read_proc(&self, file: &str) -> String {
@@ -624,7 +646,7 @@ mod tests {
             ),
             pod("gone", &[("main", "wasm://w3")]),
         ];
-        let (s, failed) = provider.summary(&pods, &[]).await;
+        let (s, failed) = provider.summary(&pods, &[], Detail::Full).await;
         assert!(!failed);
         // Node: the root cgroup, capacity from meminfo.
         let n = &s.node;
@@ -696,7 +718,7 @@ mod tests {
             .path()
             .join("cgroup/cpuacct/kubepods/burstable/poda/cpuacct.usage");
         std::fs::write(&usage, "2000000000\n").unwrap();
-        let (s, _) = provider.summary(&pods, &[]).await;
+        let (s, _) = provider.summary(&pods, &[], Detail::Full).await;
         let cpu = s.pods[0].cpu.as_ref().unwrap();
         assert_eq!(cpu.usage_core_nano_seconds, Some(2_000_000_000));
         assert_eq!(cpu.usage_nano_cores, Some(500_000_000));
