@@ -194,6 +194,7 @@ struct KubeletConfiguration {
     container_log_max_files: Option<i64>,
     container_log_monitor_interval: Option<String>,
     container_log_max_workers: Option<i64>,
+    volume_stats_agg_period: Option<String>,
     enable_system_log_handler: Option<bool>,
     authentication: Option<node_api::AuthenticationSection>,
     authorization: Option<node_api::AuthorizationSection>,
@@ -302,6 +303,9 @@ pub struct NodeConfig {
     pub node_api: NodeApiSettings,
     /// Container log rotation.
     pub container_logs: ContainerLogSettings,
+    /// How long a volume's measured disk usage is reused (`volumeStatsAggPeriod`,
+    /// 1m); zero measures no volume.
+    pub volume_stats_agg_period: Duration,
 }
 
 /// Container log rotation: `containerLogMaxSize`, `containerLogMaxFiles`,
@@ -442,6 +446,7 @@ impl NodeFlags {
             plugins,
             node_api,
             container_logs,
+            volume_stats_agg_period: timing.volume_stats_agg_period,
         })
     }
 }

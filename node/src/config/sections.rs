@@ -27,6 +27,7 @@ pub(super) struct Timing {
     pub status_update_frequency: Duration,
     pub status_report_frequency: Duration,
     pub runtime_request_timeout: Duration,
+    pub volume_stats_agg_period: Duration,
 }
 
 /// Where the node's servers listen.
@@ -191,6 +192,11 @@ impl NodeFlags {
                 "runtimeRequestTimeout",
                 either(&self.runtime_request_timeout, &file.runtime_request_timeout),
                 120,
+            ),
+            volume_stats_agg_period: dur(
+                "volumeStatsAggPeriod",
+                file.volume_stats_agg_period.clone(),
+                60,
             ),
         }
     }

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 use wasmlet_runtime::{
-    Capabilities, Container, ContainerConfig, ContainerResources, ContainerStatus, ExecResult,
-    FilesystemUsage, Image, PodSandbox, PodSandboxConfig, PodSandboxStatus, Result, Runtime,
-    RuntimeEvent, RuntimeStatus, RuntimeVersion,
+    Capabilities, Container, ContainerConfig, ContainerFsUsage, ContainerResources,
+    ContainerStatus, ExecResult, FilesystemUsage, Image, PodSandbox, PodSandboxConfig,
+    PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion,
 };
 
 use crate::metrics::NodeMetrics;
@@ -181,6 +181,11 @@ impl Runtime for InstrumentedRuntime {
     async fn image_fs_info(&self) -> Result<Vec<FilesystemUsage>> {
         self.record("image_fs_info", self.inner.image_fs_info())
             .await
+    }
+
+    async fn container_fs_usage(&self) -> Result<Vec<ContainerFsUsage>> {
+        let call = self.inner.container_fs_usage();
+        self.record("list_container_stats", call).await
     }
 
     async fn exec_sync(

@@ -59,6 +59,8 @@ fn stats_provider(
     StatsProvider::new(StatsConfig {
         node_name: config.node_name.clone(),
         root_dir: config.root_dir.clone(),
+        pod_logs_dir: config.pod_logs_dir.clone(),
+        volume_stats_agg_period: config.volume_stats_agg_period,
         proc: "/proc".into(),
         cgroup_mount: mount,
         cgroup_version: version,

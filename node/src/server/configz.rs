@@ -96,6 +96,10 @@ pub fn configz(config: &NodeConfig) -> Value {
         put("resolvConf", path(p));
     }
     put("maxPods", json!(config.max_pods));
+    put(
+        "volumeStatsAggPeriod",
+        json!(go(config.volume_stats_agg_period)),
+    );
     let quantities = |m: &std::collections::BTreeMap<
         String,
         k8s_openapi::apimachinery::pkg::api::resource::Quantity,

@@ -3,8 +3,10 @@
 //! `/pods`, `/runningpods/`, `/containerLogs/{ns}/{pod}/{container}` and the metrics
 //! the node keeps (`/metrics/probes`, `/metrics/plugins`), the node's logs (`/logs/`:
 //! [`super::node_logs`]), and the statistics
-//! (`/stats/summary`, `/metrics/resource`: [`super::stats`]). `/metrics/cadvisor` and
-//! streaming (`/exec`, `/attach`, `/portForward`) come with their issues.
+//! (`/stats/summary`, `/metrics/resource`, `/metrics/cadvisor`: [`super::stats`]).
+//! Streaming (`/exec`, `/attach`, `/portForward`) comes with its issue. `/spec/` is not
+//! served: v1.32 has no cAdvisor JSON endpoints (they went with
+//! `--enable-cadvisor-json-endpoints` in 1.21).
 //!
 //! Logs are the kubelet's `getContainerLogs`: the pod is found by namespace and name
 //! among the node's pods; the container by name in its spec; the instance from the
@@ -79,6 +81,7 @@ pub fn router(state: NodeApiState, guard: Arc<Guard>) -> Router {
         .route("/configz", get(configz))
         .route("/stats/summary", get(super::stats::summary))
         .route("/metrics/resource", get(super::stats::resource_metrics))
+        .route("/metrics/cadvisor", get(super::stats::cadvisor_metrics))
         .fallback(async || not_found())
         .with_state(state)
         .merge(logs)

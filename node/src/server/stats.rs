@@ -1,7 +1,8 @@
 //! The node API's statistics endpoints: `/stats/summary` (the kubelet's Summary API,
 //! `?only_cpu_and_memory=true` for metrics-server's subset) and `/metrics/resource`
-//! (the resource metrics, in the Prometheus text format). Both are read from
-//! [`crate::stats::StatsProvider`] at request time.
+//! (the resource metrics, in the Prometheus text format) and `/metrics/cadvisor`
+//! (cAdvisor's container metrics). All are read from [`crate::stats::StatsProvider`]
+//! at request time.
 
 use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
@@ -59,6 +60,16 @@ pub async fn resource_metrics(State(state): State<StatsState>) -> Response {
         .summary(&pods, &state.router.runtimes(), Detail::CpuAndMemory)
         .await;
     prometheus_text(resource_metrics_text(summary, failed))
+}
+
+/// `/metrics/cadvisor`.
+pub async fn cadvisor_metrics(State(state): State<StatsState>) -> Response {
+    let pods = state.statuses.pods();
+    let (series, machine, failed) = state.stats.cadvisor(&pods).await;
+    let now = jiff::Timestamp::now().as_nanosecond() as f64 / 1e9;
+    prometheus_text(crate::stats::cadvisor::cadvisor_text(
+        series, machine, failed, now,
+    ))
 }
 
 #[cfg(test)]

@@ -29,6 +29,8 @@ pub struct MemorySample {
     pub usage_bytes: u64,
     pub working_set_bytes: u64,
     pub rss_bytes: Option<u64>,
+    /// Page cache (v1 `total_cache`, v2 `file`).
+    pub cache_bytes: Option<u64>,
     pub page_faults: Option<u64>,
     pub major_page_faults: Option<u64>,
     /// `None`: no limit.
@@ -64,6 +66,7 @@ pub fn v1_memory(usage: &str, limit: Option<&str>, stat: &str) -> Option<MemoryS
         usage_bytes: usage,
         working_set_bytes: usage.saturating_sub(inactive),
         rss_bytes: stat.get("total_rss").copied(),
+        cache_bytes: stat.get("total_cache").copied(),
         page_faults: stat.get("total_pgfault").copied(),
         major_page_faults: stat.get("total_pgmajfault").copied(),
         limit_bytes: limit.and_then(parse_limit),
@@ -79,6 +82,7 @@ pub fn v2_memory(current: &str, max: Option<&str>, stat: &str) -> Option<MemoryS
         usage_bytes: usage,
         working_set_bytes: usage.saturating_sub(inactive),
         rss_bytes: stat.get("anon").copied(),
+        cache_bytes: stat.get("file").copied(),
         page_faults: stat.get("pgfault").copied(),
         major_page_faults: stat.get("pgmajfault").copied(),
         limit_bytes: max.and_then(parse_limit),

@@ -32,24 +32,43 @@
 //!   network namespace is the pod's; a pod in the node's namespace reports the node's
 //!   interfaces, as upstream does for host-network pods), `eth0` inline when present.
 //!
-//! Left out: volumes, ephemeral storage and container rootfs/logs, system
-//! containers, swap, PSI, accelerators.
+//! - **volumes** (`volumeStats`): the pod's emptyDir, configMap, secret, downwardAPI
+//!   and projected volumes, each its directory below `<root>/pods/<uid>/volumes/`
+//!   measured as `du -x` and `find` measure it ([`disk`]), reused for
+//!   `volumeStatsAggPeriod`; capacity from statvfs of the volume (a tmpfs's own for a
+//!   Memory emptyDir or a secret). hostPath volumes are not measured, as upstream's
+//!   hostPath plugin has no metrics.
+//! - **container logs**: the container's directory below the pod's log directory,
+//!   measured on every request; **rootfs**: the runtime's writable layer (CRI
+//!   ListContainerStats); a Wasm container has none. Both with the capacity of the
+//!   node's root filesystem, as the kubelet's `rootFsInfo`.
+//! - **ephemeral storage**: the kubelet's `calcEphemeralStorage`: the containers'
+//!   rootfs and logs, the local ephemeral volumes (emptyDir on disk, configMap) and the
+//!   files of the pod's log directory. Unlike upstream, a container's logs count even
+//!   when it has no rootfs (a Wasm container's logs are on the node's disk too).
+//!
+//! Left out: system containers, swap, PSI, accelerators, persistent volumes (no CSI
+//! yet).
 
+pub mod cadvisor;
 pub mod cgroupfs;
+pub mod disk;
 pub mod metrics;
 pub mod procfs;
 pub mod rate;
 pub mod types;
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
-use wasmlet_runtime::{ImageKind, Runtime};
+use k8s_openapi::api::core::v1::{Pod, Volume};
+use wasmlet_runtime::{Error as RuntimeError, FilesystemUsage, ImageKind, Runtime};
 
 use crate::cm::cgroup::{CgroupManager, CgroupName, Version};
 use cgroupfs::{CgroupReader, CgroupSample, MemorySample};
+use disk::{DiskUsage, DuCache};
 use rate::CpuRates;
 use types::*;
 
@@ -96,6 +115,10 @@ pub struct StatsConfig {
     pub node_name: String,
     /// The node's root directory (its filesystem is `node.fs`).
     pub root_dir: PathBuf,
+    /// Where the pods' log directories are (`podLogsDir`).
+    pub pod_logs_dir: PathBuf,
+    /// How long a volume's measurement is reused; zero measures no volume.
+    pub volume_stats_agg_period: Duration,
     /// Where `/proc` is (tests point it at fixtures).
     pub proc: PathBuf,
     /// The cgroup hierarchy's root and version, for the node's own cgroup.
@@ -120,6 +143,7 @@ pub struct StatsProvider {
     config: StatsConfig,
     reader: Option<CgroupReader>,
     rates: CpuRates,
+    volumes: DuCache,
 }
 
 /// The interface a pod's network figures are inlined from (the kubelet's
@@ -132,8 +156,20 @@ const NODE_KEY: &str = "node";
 /// A container's cgroup to read, or none.
 struct ContainerPlan {
     name: String,
+    /// The runtime's id, without the scheme.
+    id: String,
+    image: String,
     start_time: Option<Time>,
     key: Option<String>,
+}
+
+/// A volume to measure.
+struct VolumePlan {
+    name: String,
+    path: PathBuf,
+    /// Counted in the pod's ephemeral storage (the kubelet's
+    /// `IsLocalEphemeralVolume`: an emptyDir on disk, a configMap).
+    ephemeral: bool,
 }
 
 /// One pass over the cgroups: what was planned and what was read, when.
@@ -153,6 +189,46 @@ struct PodPlan {
     /// A process in the pod cgroup, whose network namespace is the pod's.
     pid: Option<u32>,
     containers: Vec<ContainerPlan>,
+    volumes: Vec<VolumePlan>,
+    /// The pod's log directory; each container's logs are in `<name>/` below it.
+    log_dir: PathBuf,
+}
+
+/// What the pods' files use, read once per Summary ([`Detail::Full`] only).
+#[derive(Default)]
+struct DiskReading {
+    /// Volumes by path, with the filesystem each is on.
+    volumes: HashMap<PathBuf, (DiskUsage, Option<FsStats>)>,
+    /// Container log directories by path.
+    container_logs: HashMap<PathBuf, DiskUsage>,
+    /// The files directly in each pod's log directory.
+    pod_logs: HashMap<PathBuf, DiskUsage>,
+    /// The node's root filesystem (`node.fs`; the logs and ephemeral storage are
+    /// on it).
+    root_fs: Option<FsStats>,
+    /// The filesystems of the runtimes' writable layers, by mount point.
+    layer_fs: HashMap<PathBuf, Option<FsStats>>,
+}
+
+/// `used` on the filesystem `fs`: its capacity, availability and inodes.
+fn usage_on(fs: Option<&FsStats>, used: DiskUsage, time: Time) -> FsStats {
+    let fs = fs.cloned().unwrap_or_default();
+    FsStats {
+        time: Some(time),
+        used_bytes: Some(used.bytes),
+        inodes_used: Some(used.inodes),
+        ..fs
+    }
+}
+
+/// The volume's directory below the pod's, when the node measures it.
+fn volume_dir(v: &Volume) -> Option<(&'static str, bool)> {
+    if let Some(e) = &v.empty_dir {
+        let on_disk = e.medium.as_deref().unwrap_or_default().is_empty();
+        return Some((crate::volumes::EMPTY_DIR, on_disk));
+    }
+    let plugin = crate::volumes::content::plugin_dir(v)?;
+    Some((plugin, v.config_map.is_some()))
 }
 
 fn fs_stats(path: &std::path::Path, time: Time) -> Option<FsStats> {
@@ -193,6 +269,7 @@ impl StatsProvider {
             .cgroup_version
             .map(|v| CgroupReader::new(v, config.cgroup_mount.clone()));
         Self {
+            volumes: DuCache::new(config.volume_stats_agg_period),
             config,
             reader,
             rates: CpuRates::default(),
@@ -234,8 +311,26 @@ impl StatsProvider {
                     let key = own.or_else(|| cgroup.clone().filter(|_| single));
                     Some(ContainerPlan {
                         name: cs.name.clone(),
+                        id: id.to_owned(),
+                        image: cs.image.clone(),
                         start_time: started.map(k8s_time),
                         key,
+                    })
+                })
+                .collect();
+            let volumes_dir =
+                crate::volumes::volumes_dir(&self.config.root_dir.join("pods").join(&uid));
+            let volumes = pod
+                .spec
+                .iter()
+                .flat_map(|s| s.volumes.iter().flatten())
+                .filter(|_| !self.config.volume_stats_agg_period.is_zero())
+                .filter_map(|v| {
+                    let (plugin, ephemeral) = volume_dir(v)?;
+                    Some(VolumePlan {
+                        name: v.name.clone(),
+                        path: volumes_dir.join(plugin).join(&v.name),
+                        ephemeral,
                     })
                 })
                 .collect();
@@ -250,9 +345,62 @@ impl StatsProvider {
                 process_count,
                 pid,
                 containers,
+                volumes,
+                log_dir: crate::sync::pod_log_dir(&self.config.pod_logs_dir, pod),
             });
         }
         plans
+    }
+
+    /// Everything [`DiskReading`] holds for `plans`, off the async threads.
+    async fn read_disk(
+        self: &Arc<Self>,
+        plans: &[PodPlan],
+        layer_mounts: HashSet<PathBuf>,
+        at: tokio::time::Instant,
+        now: Time,
+    ) -> DiskReading {
+        let volumes: Vec<PathBuf> = plans
+            .iter()
+            .flat_map(|p| p.volumes.iter().map(|v| v.path.clone()))
+            .collect();
+        let logs: Vec<(PathBuf, Vec<PathBuf>)> = plans
+            .iter()
+            .map(|p| {
+                let containers = p.containers.iter().map(|c| p.log_dir.join(&c.name));
+                (p.log_dir.clone(), containers.collect())
+            })
+            .collect();
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut out = DiskReading {
+                root_fs: fs_stats(&this.config.root_dir, now),
+                ..DiskReading::default()
+            };
+            for path in &volumes {
+                if let Some(u) = this.volumes.get(path, at) {
+                    out.volumes.insert(path.clone(), (u, fs_stats(path, now)));
+                }
+            }
+            this.volumes.retain(&volumes.iter().cloned().collect());
+            for (pod_dir, containers) in logs {
+                for dir in containers {
+                    if let Ok(u) = disk::du(&dir) {
+                        out.container_logs.insert(dir, u);
+                    }
+                }
+                if let Some(u) = files_in(&pod_dir) {
+                    out.pod_logs.insert(pod_dir, u);
+                }
+            }
+            for m in layer_mounts {
+                let fs = fs_stats(&m, now);
+                out.layer_fs.insert(m, fs);
+            }
+            out
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// The node's cpu (ns) and memory now: its root cgroup's, else `/proc`'s.
@@ -386,32 +534,84 @@ impl StatsProvider {
         };
         let memory = |key: &str| Some(memory_stats(samples.get(key)?.0.memory.as_ref()?, now));
 
+        let (layers, disk) = if full {
+            let layers = writable_layers(runtimes).await;
+            let mounts = layers.values().map(|l| l.mountpoint.clone()).collect();
+            let disk = self.read_disk(&plans, mounts, at, now).await;
+            (layers, disk)
+        } else {
+            (HashMap::new(), DiskReading::default())
+        };
+        let root_fs = disk.root_fs.as_ref();
+
         let pod_stats = plans
             .into_iter()
-            .map(|p| PodStats {
-                pod_ref: p.pod_ref,
-                start_time: p.start_time,
-                containers: p
+            .map(|p| {
+                let containers: Vec<ContainerStats> = p
                     .containers
                     .into_iter()
-                    .map(|c| ContainerStats {
-                        name: c.name,
-                        start_time: c.start_time,
-                        cpu: c.key.as_deref().and_then(cpu),
-                        memory: c.key.as_deref().and_then(memory),
-                        ..ContainerStats::default()
+                    .map(|c| {
+                        let logs = disk.container_logs.get(&p.log_dir.join(&c.name));
+                        let rootfs = layers.get(&c.id).map(|l| {
+                            let fs = disk.layer_fs.get(&l.mountpoint).and_then(Option::as_ref);
+                            FsStats {
+                                time: Some(Time(l.timestamp)),
+                                used_bytes: l.used_bytes,
+                                inodes_used: l.inodes_used,
+                                ..fs.cloned().unwrap_or_default()
+                            }
+                        });
+                        ContainerStats {
+                            name: c.name,
+                            start_time: c.start_time,
+                            cpu: c.key.as_deref().and_then(cpu),
+                            memory: c.key.as_deref().and_then(memory),
+                            rootfs,
+                            logs: logs.map(|u| usage_on(root_fs, *u, now)),
+                        }
                     })
-                    .collect(),
-                cpu: p.cgroup.as_deref().and_then(cpu),
-                memory: p.cgroup.as_deref().and_then(memory),
-                process_stats: p.process_count.map(|n| ProcessStats {
-                    process_count: Some(n),
-                }),
-                network: p
-                    .pid
-                    .filter(|_| full)
-                    .and_then(|pid| self.network(&format!("{pid}/net"), Some(POD_INTERFACE), now)),
-                ..PodStats::default()
+                    .collect();
+                let measured: Vec<(&VolumePlan, FsStats)> = p
+                    .volumes
+                    .iter()
+                    .filter_map(|v| {
+                        let (u, fs) = disk.volumes.get(&v.path)?;
+                        Some((v, usage_on(fs.as_ref(), *u, now)))
+                    })
+                    .collect();
+                let ephemeral_storage = full.then(|| {
+                    let volumes = measured.iter().filter(|(v, _)| v.ephemeral);
+                    let pod_logs = disk.pod_logs.get(&p.log_dir);
+                    ephemeral_storage(
+                        &containers,
+                        volumes.map(|(_, fs)| fs),
+                        pod_logs,
+                        root_fs,
+                        now,
+                    )
+                });
+                PodStats {
+                    pod_ref: p.pod_ref,
+                    start_time: p.start_time,
+                    containers,
+                    cpu: p.cgroup.as_deref().and_then(cpu),
+                    memory: p.cgroup.as_deref().and_then(memory),
+                    process_stats: p.process_count.map(|n| ProcessStats {
+                        process_count: Some(n),
+                    }),
+                    network: p.pid.filter(|_| full).and_then(|pid| {
+                        self.network(&format!("{pid}/net"), Some(POD_INTERFACE), now)
+                    }),
+                    volume_stats: measured
+                        .into_iter()
+                        .map(|(v, fs)| VolumeStats {
+                            fs,
+                            name: v.name.clone(),
+                            pvc_ref: None,
+                        })
+                        .collect(),
+                    ephemeral_storage,
+                }
             })
             .collect();
 
@@ -434,7 +634,7 @@ impl StatsProvider {
             Detail::Full => {
                 let n = &mut summary.node;
                 n.network = self.network("net", None, now);
-                n.fs = fs_stats(&self.config.root_dir, now);
+                n.fs = disk.root_fs.clone();
                 n.runtime = image_fs(runtimes, now).await.map(|fs| RuntimeStats {
                     image_fs: Some(fs),
                     container_fs: None,
@@ -444,6 +644,94 @@ impl StatsProvider {
             Detail::CpuAndMemory => summary = summary.cpu_and_memory_only(),
         }
         (summary, failed)
+    }
+
+    /// The cgroups of the machine, the pods and their containers as cAdvisor's
+    /// series ([`cadvisor`]), the machine's size, and whether some cgroup could not be
+    /// read.
+    pub async fn cadvisor(
+        self: &Arc<Self>,
+        pods: &[Pod],
+    ) -> (Vec<cadvisor::Series>, cadvisor::Machine, bool) {
+        let Reading {
+            plans,
+            samples,
+            failed,
+            ..
+        } = self.read(pods.to_vec()).await;
+        let seconds = |t: Option<Time>| t.map(|t| t.0.as_nanosecond() as f64 / 1e9);
+        let series_of = |key: &str, labels: cadvisor::Labels| {
+            let sample = samples.get(key).cloned().unwrap_or_default();
+            cadvisor::Series {
+                labels,
+                cpu_ns: sample.cpu_usage_ns,
+                memory: sample.memory,
+                ..cadvisor::Series::default()
+            }
+        };
+        let interfaces = |net: &str| procfs::parse_net_dev(&self.read_proc(&format!("{net}/dev")));
+        let mut root = series_of(
+            NODE_KEY,
+            cadvisor::Labels {
+                id: "/".into(),
+                ..cadvisor::Labels::default()
+            },
+        );
+        root.network = interfaces("net");
+        root.start_time = seconds(self.boot_time());
+        let mut out = vec![root];
+        for p in plans {
+            let Some(cgroup) = p.cgroup.as_deref() else {
+                continue;
+            };
+            let namespace = p.pod_ref.namespace;
+            let pod = p.pod_ref.name;
+            let mut series = series_of(
+                cgroup,
+                cadvisor::Labels {
+                    id: cgroup.to_owned(),
+                    namespace: namespace.clone(),
+                    pod: pod.clone(),
+                    ..cadvisor::Labels::default()
+                },
+            );
+            series.network = p
+                .pid
+                .map(|pid| interfaces(&format!("{pid}/net")))
+                .unwrap_or_default();
+            series.start_time = seconds(p.start_time);
+            out.push(series);
+            for c in p.containers {
+                let Some(key) = c.key.as_deref() else {
+                    continue;
+                };
+                let mut series = series_of(
+                    key,
+                    cadvisor::Labels {
+                        container: c.name,
+                        id: key.to_owned(),
+                        image: c.image,
+                        name: c.id,
+                        namespace: namespace.clone(),
+                        pod: pod.clone(),
+                    },
+                );
+                series.start_time = seconds(c.start_time);
+                out.push(series);
+            }
+        }
+        let meminfo = self.read_proc("meminfo");
+        let meminfo = procfs::parse_meminfo(&meminfo);
+        let cores = self
+            .read_proc("cpuinfo")
+            .lines()
+            .filter(|l| l.split(':').next().is_some_and(|k| k.trim() == "processor"))
+            .count() as u64;
+        let machine = cadvisor::Machine {
+            cpu_cores: (cores > 0).then_some(cores),
+            memory_bytes: meminfo.get("MemTotal").copied(),
+        };
+        (out, machine, failed)
     }
 
     fn read_proc(&self, file: &str) -> String {
@@ -490,6 +778,79 @@ impl StatsProvider {
             curproc: procfs::parse_loadavg_total(&self.read_proc("loadavg")),
         }
     }
+}
+
+/// The non-directory entries directly in `dir` (the pod log directory's own files),
+/// or `None` when it cannot be read.
+fn files_in(dir: &Path) -> Option<DiskUsage> {
+    let mut total = DiskUsage::default();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| !t.is_dir())
+            && let Ok(u) = disk::du(&entry.path())
+        {
+            total.bytes += u.bytes;
+            total.inodes += u.inodes;
+        }
+    }
+    std::fs::metadata(dir).ok().map(|_| total)
+}
+
+/// The sum of what may be `None`, `None` only when everything is (the kubelet's
+/// `addUsage`).
+fn add(total: Option<u64>, more: Option<u64>) -> Option<u64> {
+    match (total, more) {
+        (Some(a), Some(b)) => Some(a.saturating_add(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A pod's ephemeral storage, as the kubelet's `calcEphemeralStorage`: capacity of
+/// the root filesystem; used, the containers' rootfs and logs, the local ephemeral
+/// volumes and the pod log directory's own files.
+fn ephemeral_storage<'a>(
+    containers: &'a [ContainerStats],
+    volumes: impl Iterator<Item = &'a FsStats>,
+    pod_logs: Option<&DiskUsage>,
+    root_fs: Option<&FsStats>,
+    now: Time,
+) -> FsStats {
+    let mut out = FsStats {
+        time: Some(now),
+        used_bytes: None,
+        inodes_used: None,
+        ..root_fs.cloned().unwrap_or_default()
+    };
+    let parts = containers
+        .iter()
+        .flat_map(|c| c.rootfs.iter().chain(c.logs.iter()))
+        .chain(volumes);
+    for fs in parts {
+        out.used_bytes = add(out.used_bytes, fs.used_bytes);
+        out.inodes_used = add(out.inodes_used, fs.inodes_used);
+    }
+    if let Some(u) = pod_logs {
+        out.used_bytes = add(out.used_bytes, Some(u.bytes));
+        out.inodes_used = add(out.inodes_used, Some(u.inodes));
+    }
+    out
+}
+
+/// Every runtime's containers' writable layers, by container id. A runtime that
+/// cannot say is left out (logged).
+async fn writable_layers(runtimes: &[Arc<dyn Runtime>]) -> HashMap<String, FilesystemUsage> {
+    let mut out = HashMap::new();
+    for runtime in runtimes {
+        match runtime.container_fs_usage().await {
+            Ok(usage) => out.extend(
+                usage
+                    .into_iter()
+                    .map(|u| (u.container_id, u.writable_layer)),
+            ),
+            Err(RuntimeError::Unsupported { .. }) => {}
+            Err(e) => tracing::debug!(runtime = runtime.name(), "container filesystem usage: {e}"),
+        }
+    }
+    out
 }
 
 /// `runtime.imageFs`: the image filesystem of the OCI runtime when there is one,
@@ -624,6 +985,8 @@ mod tests {
         StatsConfig {
             node_name: "n".into(),
             root_dir: root.to_owned(),
+            pod_logs_dir: root.join("logs"),
+            volume_stats_agg_period: Duration::from_secs(60),
             proc,
             cgroup_mount: cg,
             cgroup_version: Some(Version::V1),
@@ -722,5 +1085,150 @@ mod tests {
         let cpu = s.pods[0].cpu.as_ref().unwrap();
         assert_eq!(cpu.usage_core_nano_seconds, Some(2_000_000_000));
         assert_eq!(cpu.usage_nano_cores, Some(500_000_000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn volumes_logs_and_ephemeral_storage_are_measured_as_the_kubelet_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let provider = Arc::new(StatsProvider::new(fixture(root)));
+        let mut pod = pod("a", &[("main", "wasm://w1")]);
+        pod.spec.as_mut().unwrap().volumes = serde_json::from_value(serde_json::json!([
+            {"name": "data", "emptyDir": {}},
+            {"name": "cfg", "configMap": {"name": "c"}},
+            {"name": "mem", "emptyDir": {"medium": "Memory"}},
+            {"name": "token", "secret": {"secretName": "s"}},
+            {"name": "host", "hostPath": {"path": "/"}},
+        ]))
+        .unwrap();
+        let volumes = root.join("pods/a/volumes");
+        let data = volumes.join("kubernetes.io~empty-dir/data");
+        let cfg = volumes.join("kubernetes.io~configmap/cfg");
+        let mem = volumes.join("kubernetes.io~empty-dir/mem");
+        write(&data.join("big"), &"x".repeat(200_000));
+        write(&cfg.join("key"), "value");
+        write(&mem.join("m"), &"m".repeat(50_000));
+        // No secret directory: a volume that is not there is not reported.
+        let logs = root.join("logs/ns_pod-a_a");
+        write(&logs.join("main/0.log"), &"l".repeat(30_000));
+        write(&logs.join("extra.log"), &"e".repeat(10_000));
+
+        let (s, _) = provider.summary(&[pod.clone()], &[], Detail::Full).await;
+        let p = &s.pods[0];
+        let names: Vec<&str> = p.volume_stats.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["data", "cfg", "mem"]);
+        let du = |p: &Path| disk::du(p).unwrap();
+        let vol = &p.volume_stats[0].fs;
+        assert_eq!(vol.used_bytes, Some(du(&data).bytes));
+        assert_eq!(vol.inodes_used, Some(2));
+        assert!(vol.capacity_bytes.unwrap() > 0 && vol.inodes.unwrap() > 0);
+
+        let root_fs = s.node.fs.as_ref().unwrap();
+        let c_logs = p.containers[0].logs.as_ref().unwrap();
+        assert_eq!(c_logs.used_bytes, Some(du(&logs.join("main")).bytes));
+        assert_eq!(c_logs.inodes_used, Some(2));
+        assert_eq!(c_logs.capacity_bytes, root_fs.capacity_bytes);
+        assert_eq!(
+            p.containers[0].rootfs, None,
+            "a Wasm container has no layer"
+        );
+
+        // Ephemeral: the logs, the emptyDir on disk, the configMap and the pod log
+        // directory's own file; not the Memory emptyDir.
+        let eph = p.ephemeral_storage.as_ref().unwrap();
+        let want = du(&logs.join("main")).bytes
+            + du(&data).bytes
+            + du(&cfg).bytes
+            + du(&logs.join("extra.log")).bytes;
+        assert_eq!(eph.used_bytes, Some(want));
+        assert_eq!(eph.inodes_used, Some(2 + 2 + 2 + 1));
+        assert_eq!(eph.capacity_bytes, root_fs.capacity_bytes);
+
+        // Within the period a volume is not measured again; logs are.
+        write(&data.join("more"), &"y".repeat(100_000));
+        write(&logs.join("main/0.log"), &"l".repeat(90_000));
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let (s, _) = provider.summary(&[pod.clone()], &[], Detail::Full).await;
+        let p = &s.pods[0];
+        assert_eq!(p.volume_stats[0].fs.used_bytes, vol.used_bytes);
+        assert_eq!(
+            p.containers[0].logs.as_ref().unwrap().used_bytes,
+            Some(du(&logs.join("main")).bytes)
+        );
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let (s, _) = provider.summary(&[pod.clone()], &[], Detail::Full).await;
+        assert_eq!(
+            s.pods[0].volume_stats[0].fs.used_bytes,
+            Some(du(&data).bytes)
+        );
+
+        // cpu and memory only: nothing of it is read.
+        let (s, _) = provider.summary(&[pod], &[], Detail::CpuAndMemory).await;
+        let p = &s.pods[0];
+        assert!(p.volume_stats.is_empty() && p.ephemeral_storage.is_none());
+        assert_eq!(p.containers[0].logs, None);
+    }
+
+    #[tokio::test]
+    async fn cadvisor_series_are_the_machine_the_pods_and_containers_with_figures() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = fixture(dir.path());
+        write(
+            &config.proc.join("cpuinfo"),
+            "processor\t: 0\nmodel name\t: x\n\nprocessor\t: 1\n",
+        );
+        let provider = Arc::new(StatsProvider::new(config));
+        let pods = [
+            pod("a", &[("main", "wasm://w1")]),
+            pod(
+                "b",
+                &[("app", "containerd://abc123"), ("side", "wasm://w2")],
+            ),
+            pod("gone", &[("main", "wasm://w3")]),
+        ];
+        let (series, machine, failed) = provider.cadvisor(&pods).await;
+        assert!(!failed);
+        assert_eq!(
+            (machine.cpu_cores, machine.memory_bytes),
+            (Some(2), Some(8 << 30))
+        );
+        let got: Vec<(&str, &str, &str, &str)> = series
+            .iter()
+            .map(|s| {
+                let l = &s.labels;
+                (
+                    l.id.as_str(),
+                    l.pod.as_str(),
+                    l.container.as_str(),
+                    l.name.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("/", "", "", ""),
+                ("/kubepods/burstable/poda", "pod-a", "", ""),
+                // A Wasm pod's one container: the pod cgroup's figures.
+                ("/kubepods/burstable/poda", "pod-a", "main", "w1"),
+                ("/kubepods/burstable/podb", "pod-b", "", ""),
+                // The CRI container's own cgroup; the second Wasm container has none.
+                ("/kubepods/burstable/podb/abc123", "pod-b", "app", "abc123"),
+            ]
+        );
+        assert_eq!(series[0].cpu_ns, Some(50_000_000_000));
+        assert_eq!(series[0].network[0].name, "eth0");
+        assert_eq!(series[4].cpu_ns, Some(2_000_000_000));
+        assert_eq!(series[4].labels.image, "i");
+        assert_eq!(
+            series[4].memory.as_ref().unwrap().working_set_bytes,
+            8388608
+        );
+        let pod_net: Vec<&str> = series[1].network.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(pod_net, ["eth1", "eth0"]);
+        assert!(
+            series[2].network.is_empty(),
+            "network is on the pod's series"
+        );
     }
 }

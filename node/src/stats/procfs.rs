@@ -32,6 +32,7 @@ pub fn meminfo_memory(text: &str) -> Option<super::cgroupfs::MemorySample> {
         usage_bytes: usage,
         working_set_bytes: usage.saturating_sub(inactive),
         rss_bytes: m.get("AnonPages").copied(),
+        cache_bytes: m.get("Cached").copied(),
         page_faults: None,
         major_page_faults: None,
         limit_bytes: Some(total),
@@ -65,9 +66,13 @@ pub fn parse_proc_stat(text: &str) -> (Option<u64>, Option<i64>) {
 pub struct NetDev {
     pub name: String,
     pub rx_bytes: u64,
+    pub rx_packets: u64,
     pub rx_errors: u64,
+    pub rx_dropped: u64,
     pub tx_bytes: u64,
+    pub tx_packets: u64,
     pub tx_errors: u64,
+    pub tx_dropped: u64,
 }
 
 /// `/proc/net/dev`, without loopback.
@@ -83,9 +88,13 @@ pub fn parse_net_dev(text: &str) -> Vec<NetDev> {
             (v.len() >= 16 && name.trim() != "lo").then(|| NetDev {
                 name: name.trim().to_owned(),
                 rx_bytes: v[0],
+                rx_packets: v[1],
                 rx_errors: v[2],
+                rx_dropped: v[3],
                 tx_bytes: v[8],
+                tx_packets: v[9],
                 tx_errors: v[10],
+                tx_dropped: v[11],
             })
         })
         .collect()
@@ -138,15 +147,19 @@ mod tests {
                 Some(1700000000)
             )
         );
-        let dev = "Inter-|   Receive                                                |  Transmit\n face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    lo: 100 1 0 0 0 0 0 0 100 1 0 0 0 0 0 0\n  eth0: 5000 40 1 0 0 0 0 0 3000 30 2 0 0 0 0 0\n";
+        let dev = "Inter-|   Receive                                                |  Transmit\n face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    lo: 100 1 0 0 0 0 0 0 100 1 0 0 0 0 0 0\n  eth0: 5000 40 1 4 0 0 0 0 3000 30 2 5 0 0 0 0\n";
         assert_eq!(
             parse_net_dev(dev),
             vec![NetDev {
                 name: "eth0".into(),
                 rx_bytes: 5000,
+                rx_packets: 40,
                 rx_errors: 1,
+                rx_dropped: 4,
                 tx_bytes: 3000,
-                tx_errors: 2
+                tx_packets: 30,
+                tx_errors: 2,
+                tx_dropped: 5,
             }]
         );
         let route = "Iface\tDestination\tGateway\tFlags\nens4\t0000A8C0\t00000000\t0001\neth0\t00000000\t0100A8C0\t0003\n";

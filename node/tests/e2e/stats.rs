@@ -282,6 +282,45 @@ fn stats_summary_and_resource_metrics_match_the_pod_cgroups() {
         before.1,
         after.1
     );
+
+    // cAdvisor's series of the Wasm pod: its cgroup, and its one container with it.
+    let before = cgroup_figures(&node, &burn);
+    let text = get("/metrics/cadvisor");
+    let after = cgroup_figures(&node, &burn);
+    let m = samples(&text);
+    let series = |metric: &str, container: &str| -> f64 {
+        let want = [
+            format!("{metric}{{container=\"{container}\""),
+            format!("namespace=\"{namespace}\",pod=\"{burn_name}\"}}"),
+        ];
+        m.iter()
+            .find(|(k, _)| k.starts_with(&want[0]) && k.ends_with(&want[1]))
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("no {metric} of {container:?} in {burn_name}\n{text}"))
+    };
+    for container in ["", "main"] {
+        within(
+            series("container_cpu_usage_seconds_total", container) * 1e9,
+            before.0 as f64,
+            after.0 as f64,
+            "cadvisor cpu",
+        );
+        within(
+            series("container_memory_working_set_bytes", container),
+            before.1.min(after.1) as f64,
+            before.1.max(after.1) as f64,
+            "cadvisor working set",
+        );
+        // The pod cgroup's limit (the sandbox's overhead included).
+        let limit: u64 =
+            read(pod_cgroup(&node, "memory", "Guaranteed", &burn).join("memory.limit_in_bytes"))
+                .parse()
+                .unwrap();
+        assert_eq!(
+            series("container_spec_memory_limit_bytes", container),
+            limit as f64
+        );
+    }
 }
 
 #[test]
@@ -293,7 +332,7 @@ fn a_cri_containers_stats_are_its_own_cgroups() {
     node.write_manifest(
         "cburn.yaml",
         &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: cburn}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, 'while :; do :; done']\n    resources: {{limits: {{cpu: 200m, memory: 64Mi}}}}\n"
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: cburn}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, 'dd if=/dev/zero of=/big bs=1M count=3 && dd if=/dev/zero of=/scratch/f bs=1M count=2 && echo written && while :; do :; done']\n    volumeMounts: [{{name: scratch, mountPath: /scratch}}]\n    resources: {{limits: {{cpu: 200m, memory: 64Mi}}}}\n  volumes: [{{name: scratch, emptyDir: {{}}}}]\n"
         ),
     )
     .unwrap();
@@ -364,6 +403,120 @@ fn a_cri_containers_stats_are_its_own_cgroups() {
         .collect();
     got.sort();
     assert_eq!(got, want, "the pod's interfaces");
+
+    // Disk: the emptyDir and the container's log directory as du measures them, the
+    // writable layer as containerd reports it (it refreshes its snapshot usage every
+    // few seconds), the ephemeral storage their sum and the pod log directory's.
+    let uid = pod.metadata.uid.clone().unwrap();
+    let scratch = node
+        .dir()
+        .join("root/pods")
+        .join(&uid)
+        .join("volumes/kubernetes.io~empty-dir/scratch");
+    let log_dir = node.dir().join(format!("pods/default_{name}_{uid}/main"));
+    let du = |path: &std::path::Path| -> u64 {
+        let out = std::process::Command::new("du")
+            .args(["-x", "-s", "-B", "1"])
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "du {}", path.display());
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let three_mib = 3 << 20;
+    let disk = poll(LONG, || {
+        let (_, body) = node.api_get("/stats/summary", client.auth()).ok()?;
+        let summary: Value = serde_json::from_str(&body).ok()?;
+        let p = pod_stats(&summary, &name).clone();
+        let rootfs = p["containers"][0]["rootfs"]["usedBytes"].as_u64()?;
+        (rootfs >= three_mib).then_some(p)
+    })
+    .unwrap_or_else(|| panic!("no rootfs of 3 MiB in the summary\n{}", node.log()));
+    let c = &disk["containers"][0];
+    let rootfs = c["rootfs"]["usedBytes"].as_u64().unwrap();
+    assert!(rootfs < three_mib + (1 << 20), "rootfs {rootfs}");
+    assert!(
+        c["rootfs"]["capacityBytes"].as_u64().unwrap() > rootfs,
+        "{c}"
+    );
+    let logs = c["logs"]["usedBytes"].as_u64().unwrap();
+    assert_eq!(logs, du(&log_dir), "container logs");
+    let volume = disk["volume"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no volumes in {disk}"))
+        .iter()
+        .find(|v| v["name"] == "scratch")
+        .unwrap_or_else(|| panic!("no scratch volume in {disk}"));
+    let scratch_bytes = volume["usedBytes"].as_u64().unwrap();
+    assert_eq!(scratch_bytes, du(&scratch), "the emptyDir");
+    assert!(scratch_bytes >= 2 << 20, "{volume}");
+    assert_eq!(volume["inodesUsed"], 2, "{volume}");
+    let ephemeral = disk["ephemeral-storage"]["usedBytes"].as_u64().unwrap();
+    assert!(
+        ephemeral >= rootfs + logs + scratch_bytes,
+        "ephemeral {ephemeral} < rootfs {rootfs} + logs {logs} + volume {scratch_bytes}"
+    );
+
+    // /metrics/cadvisor: the container's own cgroup, labelled as the kubelet does.
+    let cad_before = ctr();
+    let (code, text) = node.api_get("/metrics/cadvisor", client.auth()).unwrap();
+    let cad_after = ctr();
+    assert_eq!(code, 200, "{text}");
+    let series = samples(&text);
+    let find = |metric: &str, labels: &[&str]| -> f64 {
+        series
+            .iter()
+            .find(|(k, _)| {
+                k.starts_with(&format!("{metric}{{")) && labels.iter().all(|l| k.contains(l))
+            })
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("no {metric} with {labels:?} in\n{text}"))
+    };
+    let name_label = format!(r#"name="{id}""#);
+    let pod_label = format!(r#"pod="{name}""#);
+    let image_label = format!(r#"image="{BUSYBOX_IMAGE}""#);
+    let ctr_labels = [
+        r#"container="main""#,
+        pod_label.as_str(),
+        r#"namespace="default""#,
+        name_label.as_str(),
+        image_label.as_str(),
+    ];
+    let mut cpu_labels = ctr_labels.to_vec();
+    cpu_labels.push(r#"cpu="total""#);
+    let cpu = find("container_cpu_usage_seconds_total", &cpu_labels);
+    within(
+        cpu,
+        cad_before.0 as f64 / 1e9,
+        cad_after.0 as f64 / 1e9,
+        "cadvisor cpu",
+    );
+    let ws = find("container_memory_working_set_bytes", &ctr_labels);
+    within(
+        ws,
+        cad_before.1.min(cad_after.1) as f64,
+        cad_before.1.max(cad_after.1) as f64,
+        "cadvisor working set",
+    );
+    assert_eq!(
+        find("container_spec_memory_limit_bytes", &ctr_labels),
+        (64u64 << 20) as f64
+    );
+    let pod_labels = [r#"container="""#, pod_label.as_str()];
+    find("container_memory_working_set_bytes", &pod_labels);
+    let iface = format!(r#"interface="{}""#, want[0]);
+    let mut rx_labels = pod_labels.to_vec();
+    rx_labels.push(&iface);
+    find("container_network_receive_bytes_total", &rx_labels);
+    find("container_cpu_usage_seconds_total", &[r#"id="/""#]);
+    assert_eq!(series.get("container_scrape_error"), Some(&0.0), "{text}");
+
+    eprintln!(
+        "cri disk: rootfs {rootfs} B, logs {logs} B, emptyDir {scratch_bytes} B, ephemeral {ephemeral} B; cadvisor cpu {cpu} s ({}..{}), working set {ws}",
+        cad_before.0 as f64 / 1e9,
+        cad_after.0 as f64 / 1e9
+    );
     eprintln!(
         "cri: container cpu {c_cpu} ns (cgroup {}..{}), working set {c_ws} (cgroup {}..{}); pod cpu {p_cpu} (cgroup {}..{})",
         before.0.0, after.0.0, before.0.1, after.0.1, before.1.0, after.1.0

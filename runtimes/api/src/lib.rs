@@ -130,6 +130,17 @@ pub trait Runtime: Send + Sync + 'static {
         })
     }
 
+    /// What each container's writable layer uses on disk (CRI ListContainerStats'
+    /// `writable_layer`): the Summary's container `rootfs` and the pods' ephemeral
+    /// storage (eviction reads it). A runtime whose containers write to no layer of
+    /// their own answers an empty list.
+    async fn container_fs_usage(&self) -> Result<Vec<ContainerFsUsage>> {
+        Err(Error::Unsupported {
+            runtime: self.name().to_owned(),
+            operation: "container_fs_usage",
+        })
+    }
+
     /// Runs a command in a container and waits for it (probes, hooks).
     async fn exec_sync(
         &self,

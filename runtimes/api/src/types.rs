@@ -318,6 +318,13 @@ pub struct FilesystemUsage {
     pub inodes_used: Option<u64>,
 }
 
+/// What one container's writable layer uses.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerFsUsage {
+    pub container_id: String,
+    pub writable_layer: FilesystemUsage,
+}
+
 /// The kind of images a runtime runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ImageKind {

@@ -44,9 +44,9 @@ use wasmlet_proto::cri::v1 as cri;
 use wasmlet_proto::cri::v1::image_service_client::ImageServiceClient;
 use wasmlet_proto::cri::v1::runtime_service_client::RuntimeServiceClient;
 use wasmlet_runtime::{
-    Capabilities, Container, ContainerConfig, ContainerResources, ContainerStatus, Error,
-    ExecResult, FilesystemUsage, Image, PodSandbox, PodSandboxConfig, PodSandboxStatus, Result,
-    Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion,
+    Capabilities, Container, ContainerConfig, ContainerFsUsage, ContainerResources,
+    ContainerStatus, Error, ExecResult, FilesystemUsage, Image, PodSandbox, PodSandboxConfig,
+    PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion,
 };
 
 use crate::error::{Op, from_status};
@@ -633,11 +633,30 @@ impl Runtime for CriRuntime {
         Ok(response
             .image_filesystems
             .into_iter()
-            .map(|u| FilesystemUsage {
-                timestamp: convert::timestamp(u.timestamp),
-                mountpoint: u.fs_id.map(|f| f.mountpoint).unwrap_or_default().into(),
-                used_bytes: u.used_bytes.map(|v| v.value),
-                inodes_used: u.inodes_used.map(|v| v.value),
+            .map(filesystem_usage)
+            .collect())
+    }
+
+    async fn container_fs_usage(&self) -> Result<Vec<ContainerFsUsage>> {
+        let op = Op::new("ListContainerStats", "container", "").timeout(self.timeout());
+        let response = self
+            .rt()
+            .list_container_stats(request(
+                cri::ListContainerStatsRequest { filter: None },
+                op.timeout,
+            ))
+            .await
+            .map_err(|s| from_status(&op, s))?
+            .into_inner();
+        Ok(response
+            .stats
+            .into_iter()
+            .filter_map(|s| {
+                let layer = s.writable_layer?;
+                Some(ContainerFsUsage {
+                    container_id: s.attributes?.id,
+                    writable_layer: filesystem_usage(layer),
+                })
             })
             .collect())
     }
@@ -676,6 +695,15 @@ impl Runtime for CriRuntime {
 
     fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent> {
         self.inner.events.subscribe()
+    }
+}
+
+fn filesystem_usage(u: cri::FilesystemUsage) -> FilesystemUsage {
+    FilesystemUsage {
+        timestamp: convert::timestamp(u.timestamp),
+        mountpoint: u.fs_id.map(|f| f.mountpoint).unwrap_or_default().into(),
+        used_bytes: u.used_bytes.map(|v| v.value),
+        inodes_used: u.inodes_used.map(|v| v.value),
     }
 }
 

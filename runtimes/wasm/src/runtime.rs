@@ -35,10 +35,10 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::Command;
 use tokio::sync::{broadcast, oneshot, watch};
 use wasmlet_runtime::{
-    Capabilities, Container, ContainerConfig, ContainerEventKind, ContainerResources,
-    ContainerState, ContainerStatus, Error, ExecResult, FilesystemUsage, Image, ImageKind,
-    PodSandbox, PodSandboxConfig, PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus,
-    RuntimeVersion, SandboxState,
+    Capabilities, Container, ContainerConfig, ContainerEventKind, ContainerFsUsage,
+    ContainerResources, ContainerState, ContainerStatus, Error, ExecResult, FilesystemUsage, Image,
+    ImageKind, PodSandbox, PodSandboxConfig, PodSandboxStatus, Result, Runtime, RuntimeEvent,
+    RuntimeStatus, RuntimeVersion, SandboxState,
 };
 
 use crate::cgroup::{self, PodCgroup};
@@ -1212,6 +1212,12 @@ impl Runtime for WasmRuntime {
             used_bytes: Some(bytes),
             inodes_used: Some(inodes),
         }])
+    }
+
+    /// A Wasm container has no writable layer: it writes only to the volumes
+    /// preopened for it, which the node measures as volumes.
+    async fn container_fs_usage(&self) -> Result<Vec<ContainerFsUsage>> {
+        Ok(Vec::new())
     }
 
     async fn remove_image(&self, image: &str) -> Result<()> {
