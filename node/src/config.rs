@@ -196,6 +196,7 @@ struct KubeletConfiguration {
     container_log_max_workers: Option<i64>,
     volume_stats_agg_period: Option<String>,
     enable_system_log_handler: Option<bool>,
+    enable_debugging_handlers: Option<bool>,
     authentication: Option<node_api::AuthenticationSection>,
     authorization: Option<node_api::AuthorizationSection>,
     wasmlet: Option<WasmletSection>,

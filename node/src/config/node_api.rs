@@ -145,6 +145,10 @@ pub struct NodeApiSettings {
     pub fine_grained: bool,
     /// `enableSystemLogHandler` (default true): `/logs/` serves the node's `/var/log`.
     pub system_log_handler: bool,
+    /// `enableDebuggingHandlers` (default true): logs, `/runningpods/`, `/configz`
+    /// and streaming are served; off, they answer 405 (`/configz` 404), as the
+    /// kubelet's.
+    pub debugging_handlers: bool,
 }
 
 impl NodeApiSettings {
@@ -252,6 +256,7 @@ impl NodeFlags {
             authz,
             fine_grained: false,
             system_log_handler: file.enable_system_log_handler.take().unwrap_or(true),
+            debugging_handlers: file.enable_debugging_handlers.take().unwrap_or(true),
         }
     }
 }

@@ -132,6 +132,7 @@ pub(super) fn server(
         stats: Arc::new(stats_provider(config, container_manager)),
         configz: Arc::new(crate::server::configz::configz(config)),
         node_name: config.node_name.clone(),
+        debugging_handlers: settings.debugging_handlers,
         system_logs: settings
             .system_log_handler
             .then(|| crate::server::node_logs::NodeLogs {

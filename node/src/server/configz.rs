@@ -20,6 +20,10 @@ pub fn configz(config: &NodeConfig) -> Value {
         "enableSystemLogHandler",
         json!(config.node_api.system_log_handler),
     );
+    put(
+        "enableDebuggingHandlers",
+        json!(config.node_api.debugging_handlers),
+    );
     if let Some(p) = &config.static_pod_path {
         put("staticPodPath", path(p));
     }

@@ -45,6 +45,8 @@ pub struct NodeApiState {
     pub configz: Arc<serde_json::Value>,
     /// For `kubelet_node_name`.
     pub node_name: String,
+    /// `enableDebuggingHandlers`.
+    pub debugging_handlers: bool,
     /// `/logs/`, unless `enableSystemLogHandler` is off.
     pub system_logs: Option<super::node_logs::NodeLogs>,
 }
@@ -59,29 +61,61 @@ impl axum::extract::FromRef<NodeApiState> for super::stats::StatsState {
     }
 }
 
+/// The kubelet's debugging endpoints (`InstallDebuggingHandlers`,
+/// `InstallSystemLogHandler`): what `enableDebuggingHandlers: false` turns into 405s.
+const DEBUGGING_PATHS: &[&str] = &[
+    "/run",
+    "/exec",
+    "/attach",
+    "/portForward",
+    "/containerLogs",
+    "/runningpods",
+    "/debug/pprof",
+    "/logs",
+];
+
+/// Every method of `path` and below it answers `code` with `message` (Go's
+/// `http.Error` behind a `ServeMux` subtree pattern).
+fn refuse(router: Router<NodeApiState>, path: &str, message: &'static str) -> Router<NodeApiState> {
+    let answer = move || async move { text(StatusCode::METHOD_NOT_ALLOWED, message) };
+    router
+        .route(path, axum::routing::any(answer))
+        .route(&format!("{path}/"), axum::routing::any(answer))
+        .route(&format!("{path}/{{*rest}}"), axum::routing::any(answer))
+}
+
 /// The router, every route behind `guard`.
 pub fn router(state: NodeApiState, guard: Arc<Guard>) -> Router {
-    let logs = state
-        .system_logs
-        .clone()
-        .map_or_else(Router::new, super::node_logs::router);
-    Router::new()
+    let mut router = Router::new()
         .route("/healthz", get(healthz))
         .route("/healthz/ping", get(|| async { "ok" }))
         .route("/healthz/{check}", get(healthz_check))
         .route("/pods", get(pods))
-        .route("/runningpods/", get(running_pods))
-        .route(
-            "/containerLogs/{namespace}/{pod}/{container}",
-            get(container_logs),
-        )
         .route("/metrics/probes", get(probe_metrics))
         .route("/metrics", get(agent_metrics))
         .route("/metrics/plugins", get(plugin_metrics))
-        .route("/configz", get(configz))
         .route("/stats/summary", get(super::stats::summary))
         .route("/metrics/resource", get(super::stats::resource_metrics))
-        .route("/metrics/cadvisor", get(super::stats::cadvisor_metrics))
+        .route("/metrics/cadvisor", get(super::stats::cadvisor_metrics));
+    let mut logs = Router::new();
+    if state.debugging_handlers {
+        router = router
+            .route("/runningpods/", get(running_pods))
+            .route(
+                "/containerLogs/{namespace}/{pod}/{container}",
+                get(container_logs),
+            )
+            .route("/configz", get(configz));
+        match state.system_logs.clone() {
+            Some(l) => logs = super::node_logs::router(l),
+            None => router = refuse(router, "/logs", "logs endpoint is disabled.\n"),
+        }
+    } else {
+        for path in DEBUGGING_PATHS {
+            router = refuse(router, path, "Debug endpoints are disabled.\n");
+        }
+    }
+    router
         .fallback(async || not_found())
         .with_state(state)
         .merge(logs)

@@ -500,3 +500,56 @@ fn kubectl_logs_reads_container_pods_and_previous_instances_of_both_kinds() {
     }
     drop(node);
 }
+
+/// `enableDebuggingHandlers: false` answers the debugging endpoints with the kubelet's
+/// 405 and leaves the rest; `enableSystemLogHandler: false` alone refuses `/logs/`.
+#[test]
+fn debugging_and_system_log_handlers_can_be_turned_off() {
+    let client = crate::stats::ApiClient::new();
+    let get = |node: &wasmlet_testkit::node::TestNode, path: &str| {
+        node.api_get(path, client.auth()).unwrap()
+    };
+    let node = crate::start_with(client.options(wasmlet_testkit::node::NodeOptions {
+        kubelet_config: "enableDebuggingHandlers: false\n".into(),
+        ..Default::default()
+    }));
+    for path in [
+        "/containerLogs/default/p/c",
+        "/runningpods/",
+        "/logs/",
+        "/logs",
+        "/exec/default/p/c",
+        "/portForward/default/p",
+        "/debug/pprof/",
+    ] {
+        assert_eq!(
+            get(&node, path),
+            (405, "Debug endpoints are disabled.\n".to_owned()),
+            "{path}"
+        );
+    }
+    assert_eq!(get(&node, "/configz").0, 404);
+    for path in ["/pods", "/healthz", "/stats/summary", "/metrics/cadvisor"] {
+        assert_eq!(get(&node, path).0, 200, "{path}");
+    }
+    drop(node);
+
+    let node = crate::start_with(client.options(wasmlet_testkit::node::NodeOptions {
+        kubelet_config: "enableSystemLogHandler: false\n".into(),
+        ..Default::default()
+    }));
+    assert_eq!(
+        get(&node, "/logs/"),
+        (405, "logs endpoint is disabled.\n".to_owned())
+    );
+    assert_eq!(get(&node, "/runningpods/").0, 200);
+    let (code, configz) = get(&node, "/configz");
+    assert_eq!(code, 200);
+    let configz: serde_json::Value = serde_json::from_str(&configz).unwrap();
+    let c = &configz["kubeletconfig"];
+    assert_eq!(
+        (&c["enableSystemLogHandler"], &c["enableDebuggingHandlers"]),
+        (&serde_json::json!(false), &serde_json::json!(true))
+    );
+    assert_eq!(c["volumeStatsAggPeriod"], "1m0s");
+}

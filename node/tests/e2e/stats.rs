@@ -66,7 +66,7 @@ fn samples(text: &str) -> BTreeMap<String, f64> {
 
 /// A client CA the node trusts (`--client-ca-file`, AlwaysAllow) and a certificate
 /// from it.
-struct ApiClient {
+pub(crate) struct ApiClient {
     _dir: tempfile::TempDir,
     ca_file: PathBuf,
     cert: String,
@@ -74,7 +74,7 @@ struct ApiClient {
 }
 
 impl ApiClient {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let ca = Ca::new("stats-client-ca");
         let dir = tempfile::tempdir().unwrap();
         let ca_file = dir.path().join("client-ca.crt");
@@ -90,14 +90,14 @@ impl ApiClient {
         }
     }
 
-    fn auth(&self) -> NodeApiAuth<'_> {
+    pub(crate) fn auth(&self) -> NodeApiAuth<'_> {
         NodeApiAuth::ClientCert {
             cert_pem: &self.cert,
             key_pem: &self.key,
         }
     }
 
-    fn options(&self, mut opts: NodeOptions) -> NodeOptions {
+    pub(crate) fn options(&self, mut opts: NodeOptions) -> NodeOptions {
         opts.extra_args.extend([
             "--client-ca-file".into(),
             self.ca_file.display().to_string(),
