@@ -18,7 +18,7 @@ use tokio::sync::broadcast;
 use wasmlet_runtime::{
     Capabilities, Container, ContainerConfig, ContainerFsUsage, ContainerResources,
     ContainerStatus, ExecResult, FilesystemUsage, Image, PodSandbox, PodSandboxConfig,
-    PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion,
+    PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion, Streams,
 };
 
 use crate::metrics::NodeMetrics;
@@ -181,6 +181,21 @@ impl Runtime for InstrumentedRuntime {
     async fn image_fs_info(&self) -> Result<Vec<FilesystemUsage>> {
         self.record("image_fs_info", self.inner.image_fs_info())
             .await
+    }
+
+    async fn exec(&self, container_id: &str, cmd: &[String], streams: Streams) -> Result<String> {
+        let call = self.inner.exec(container_id, cmd, streams);
+        self.record("exec", call).await
+    }
+
+    async fn attach(&self, container_id: &str, streams: Streams) -> Result<String> {
+        let call = self.inner.attach(container_id, streams);
+        self.record("attach", call).await
+    }
+
+    async fn port_forward(&self, sandbox_id: &str, ports: &[u16]) -> Result<String> {
+        let call = self.inner.port_forward(sandbox_id, ports);
+        self.record("port_forward", call).await
     }
 
     async fn container_fs_usage(&self) -> Result<Vec<ContainerFsUsage>> {

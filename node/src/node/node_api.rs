@@ -143,7 +143,7 @@ pub(super) fn server(
         name: "node API",
         addr: SocketAddr::new(config.address, config.port),
         router: router(state, guard),
-        serving: "serving the node API over TLS (/containerLogs, /pods, /healthz, /metrics, /metrics/probes, /stats/summary, /metrics/resource, /logs/)",
+        serving: "serving the node API over TLS (/containerLogs, /pods, /healthz, /metrics, /metrics/probes, /stats/summary, /metrics/resource, /metrics/cadvisor, /logs/, /exec, /attach, /portForward)",
         tls: Some(Arc::new(tls)),
     }))
 }

@@ -20,6 +20,7 @@ pub mod logs;
 pub mod node_api;
 pub mod node_logs;
 pub mod stats;
+pub mod streaming;
 pub mod tls;
 
 use std::net::SocketAddr;

@@ -4,7 +4,7 @@
 //! the node keeps (`/metrics/probes`, `/metrics/plugins`), the node's logs (`/logs/`:
 //! [`super::node_logs`]), and the statistics
 //! (`/stats/summary`, `/metrics/resource`, `/metrics/cadvisor`: [`super::stats`]).
-//! Streaming (`/exec`, `/attach`, `/portForward`) comes with its issue. `/spec/` is not
+//! Streaming (`/exec`, `/attach`, `/portForward`): [`super::streaming`]. `/spec/` is not
 //! served: v1.32 has no cAdvisor JSON endpoints (they went with
 //! `--enable-cadvisor-json-endpoints` in 1.21).
 //!
@@ -30,7 +30,7 @@ use wasmlet_runtime::{ContainerEventKind, ContainerState, Runtime};
 
 use super::authz::Guard;
 use super::logs::{self, LogOptions};
-use super::{Check, ServerState, not_found, prometheus_text, text};
+use super::{Check, ServerState, not_found, prometheus_text, streaming, text};
 use crate::pod_state::labels;
 use crate::router::RuntimeRouter;
 
@@ -105,7 +105,31 @@ pub fn router(state: NodeApiState, guard: Arc<Guard>) -> Router {
                 "/containerLogs/{namespace}/{pod}/{container}",
                 get(container_logs),
             )
-            .route("/configz", get(configz));
+            .route("/configz", get(configz))
+            .route(
+                "/exec/{namespace}/{pod}/{container}",
+                get(streaming::exec).post(streaming::exec),
+            )
+            .route(
+                "/exec/{namespace}/{pod}/{uid}/{container}",
+                get(streaming::exec_uid).post(streaming::exec_uid),
+            )
+            .route(
+                "/attach/{namespace}/{pod}/{container}",
+                get(streaming::attach).post(streaming::attach),
+            )
+            .route(
+                "/attach/{namespace}/{pod}/{uid}/{container}",
+                get(streaming::attach_uid).post(streaming::attach_uid),
+            )
+            .route(
+                "/portForward/{namespace}/{pod}",
+                get(streaming::port_forward).post(streaming::port_forward),
+            )
+            .route(
+                "/portForward/{namespace}/{pod}/{uid}",
+                get(streaming::port_forward_uid).post(streaming::port_forward_uid),
+            );
         match state.system_logs.clone() {
             Some(l) => logs = super::node_logs::router(l),
             None => router = refuse(router, "/logs", "logs endpoint is disabled.\n"),

@@ -19,6 +19,7 @@ mod node_api;
 mod plugins;
 mod probes;
 mod stats;
+mod streaming;
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;

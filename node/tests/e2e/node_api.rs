@@ -48,7 +48,9 @@ fn asked(r: &SubjectAccessReview) -> (String, String, String, String) {
 }
 
 /// The cluster CA as a file in a directory of its own, for `--client-ca-file`.
-fn client_ca_file(c: &crate::cluster::Cluster) -> (tempfile::TempDir, std::path::PathBuf) {
+pub(crate) fn client_ca_file(
+    c: &crate::cluster::Cluster,
+) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("client-ca.crt");
     std::fs::write(&file, c.api.ca().pem()).unwrap();
@@ -56,7 +58,7 @@ fn client_ca_file(c: &crate::cluster::Cluster) -> (tempfile::TempDir, std::path:
 }
 
 /// The node verifies client certificates (the API server's included) against `ca`.
-fn trust_client_ca(opts: &mut wasmlet_testkit::node::NodeOptions, ca: &std::path::Path) {
+pub(crate) fn trust_client_ca(opts: &mut wasmlet_testkit::node::NodeOptions, ca: &std::path::Path) {
     opts.extra_args
         .extend(["--client-ca-file".into(), ca.display().to_string()]);
 }
@@ -317,7 +319,7 @@ fn follow_consecutive(kubeconfig: &std::path::Path, pod: &str, prefix: &str) {
 
 /// The test API server also over TLS (on a runtime of its own, returned to be kept
 /// for the test's length) and a kubeconfig for kubectl: an admin with a token.
-fn kubectl_access(
+pub(crate) fn kubectl_access(
     c: &crate::cluster::Cluster,
     dir: &std::path::Path,
 ) -> (tokio::runtime::Runtime, std::path::PathBuf) {

@@ -155,6 +155,36 @@ pub trait Runtime: Send + Sync + 'static {
         })
     }
 
+    /// Prepares a streaming `cmd` run in a running container (CRI Exec) and returns
+    /// the URL of the runtime's streaming server that serves it: the node proxies the
+    /// client's upgraded connection there, as the kubelet does.
+    async fn exec(&self, container_id: &str, cmd: &[String], streams: Streams) -> Result<String> {
+        let _ = (container_id, cmd, streams);
+        Err(Error::Unsupported {
+            runtime: self.name().to_owned(),
+            operation: "exec",
+        })
+    }
+
+    /// As [`Self::exec`], for the running container's own stdio (CRI Attach).
+    async fn attach(&self, container_id: &str, streams: Streams) -> Result<String> {
+        let _ = (container_id, streams);
+        Err(Error::Unsupported {
+            runtime: self.name().to_owned(),
+            operation: "attach",
+        })
+    }
+
+    /// As [`Self::exec`], forwarding TCP to `ports` of the sandbox (CRI
+    /// PortForward; none: the client names them per stream).
+    async fn port_forward(&self, sandbox_id: &str, ports: &[u16]) -> Result<String> {
+        let _ = (sandbox_id, ports);
+        Err(Error::Unsupported {
+            runtime: self.name().to_owned(),
+            operation: "port_forward",
+        })
+    }
+
     /// Lifecycle events as they happen. Events are hints that make the node react
     /// sooner; the node still relists, so a lagging receiver loses nothing that matters.
     fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent>;

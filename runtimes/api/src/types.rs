@@ -318,6 +318,16 @@ pub struct FilesystemUsage {
     pub inodes_used: Option<u64>,
 }
 
+/// Which of a streaming session's streams the client wants (the remotecommand
+/// options). With `tty`, stderr is merged into stdout and must be off.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Streams {
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
+}
+
 /// What one container's writable layer uses.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainerFsUsage {

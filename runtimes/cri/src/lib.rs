@@ -46,7 +46,7 @@ use wasmlet_proto::cri::v1::runtime_service_client::RuntimeServiceClient;
 use wasmlet_runtime::{
     Capabilities, Container, ContainerConfig, ContainerFsUsage, ContainerResources,
     ContainerStatus, Error, ExecResult, FilesystemUsage, Image, PodSandbox, PodSandboxConfig,
-    PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion,
+    PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion, Streams,
 };
 
 use crate::error::{Op, from_status};
@@ -659,6 +659,55 @@ impl Runtime for CriRuntime {
                 })
             })
             .collect())
+    }
+
+    async fn exec(&self, container_id: &str, cmd: &[String], streams: Streams) -> Result<String> {
+        let op = Op::new("Exec", "container", container_id).timeout(self.timeout());
+        let message = cri::ExecRequest {
+            container_id: container_id.to_owned(),
+            cmd: cmd.to_vec(),
+            tty: streams.tty,
+            stdin: streams.stdin,
+            stdout: streams.stdout,
+            stderr: streams.stderr,
+        };
+        let response = self
+            .rt()
+            .exec(request(message, op.timeout))
+            .await
+            .map_err(|s| from_status(&op, s))?;
+        Ok(response.into_inner().url)
+    }
+
+    async fn attach(&self, container_id: &str, streams: Streams) -> Result<String> {
+        let op = Op::new("Attach", "container", container_id).timeout(self.timeout());
+        let message = cri::AttachRequest {
+            container_id: container_id.to_owned(),
+            stdin: streams.stdin,
+            tty: streams.tty,
+            stdout: streams.stdout,
+            stderr: streams.stderr,
+        };
+        let response = self
+            .rt()
+            .attach(request(message, op.timeout))
+            .await
+            .map_err(|s| from_status(&op, s))?;
+        Ok(response.into_inner().url)
+    }
+
+    async fn port_forward(&self, sandbox_id: &str, ports: &[u16]) -> Result<String> {
+        let op = Op::new("PortForward", "sandbox", sandbox_id).timeout(self.timeout());
+        let message = cri::PortForwardRequest {
+            pod_sandbox_id: sandbox_id.to_owned(),
+            port: ports.iter().map(|p| i32::from(*p)).collect(),
+        };
+        let response = self
+            .rt()
+            .port_forward(request(message, op.timeout))
+            .await
+            .map_err(|s| from_status(&op, s))?;
+        Ok(response.into_inner().url)
     }
 
     async fn exec_sync(

@@ -159,6 +159,16 @@ pub(crate) async fn handle(
             Ok(_) if kubelet_bound && info.resource == "nodes" && info.subresource == "proxy" => {
                 proxy::node_proxy(&server, &info.name, req).await
             }
+            Ok(_)
+                if kubelet_bound
+                    && info.resource == "pods"
+                    && matches!(info.subresource.as_str(), "exec" | "attach" | "portforward")
+                    && !info.extra_segments
+                    && !info.namespace.is_empty() =>
+            {
+                proxy::pod_stream(&server, &info.namespace, &info.name, &info.subresource, req)
+                    .await
+            }
             Ok(query)
                 if kubelet_bound
                     && info.resource == "pods"

@@ -12,8 +12,9 @@
 //! `error trying to reach service: dial tcp ...`, and the kubelet's own answers
 //! pass through unchanged; a log request that cannot reach it is 500
 //! `Get "https://...": dial tcp ...`, and a kubelet error is wrapped as the
-//! apiserver's response checker does. Not modelled: upgrades (exec, attach,
-//! port-forward), HTML link rewriting, and the refusal of loopback node addresses
+//! apiserver's response checker does. `pods/{exec,attach,portforward}` are
+//! upgraded and relayed ([`pod_stream`]); `nodes/proxy` upgrades are not. Not
+//! modelled: HTML link rewriting, and the refusal of loopback node addresses
 //! (the real proxy answers 400 `address not allowed` for them; every test kubelet
 //! listens on loopback).
 
@@ -187,7 +188,7 @@ where
             .await
             .map_err(|e| e.to_string())?;
     tokio::spawn(async move {
-        if let Err(err) = connection.await {
+        if let Err(err) = connection.with_upgrades().await {
             tracing::debug!("test apiserver: kubelet connection ended: {err}");
         }
     });
@@ -620,6 +621,176 @@ pub(crate) async fn pod_log(
         });
     }
     text(Body::new(response.into_body()))
+}
+
+/// `{GET,POST} /api/v1/namespaces/{ns}/pods/{name}/{exec,attach,portforward}`: the
+/// kubelet's `/exec/{ns}/{name}/{container}`, `/attach/...` or
+/// `/portForward/{ns}/{name}` with the options as the apiserver's `streamParams`
+/// writes them, the client's upgrade proxied there and, once the kubelet has switched
+/// protocols, bytes relayed both ways (`UpgradeAwareHandler` with
+/// `upgradeRequired`).
+pub(crate) async fn pod_stream(
+    server: &ApiServer,
+    namespace: &str,
+    name: &str,
+    subresource: &str,
+    mut req: axum::extract::Request,
+) -> Result<axum::response::Response, ApiError> {
+    if ![Method::GET, Method::POST].contains(req.method()) {
+        return Err(ApiError::method_not_allowed(format!(
+            "{} is not supported on pods/{subresource}",
+            req.method()
+        )));
+    }
+    let pods = resources::find("", "v1", "pods").ok_or_else(ApiError::no_such_resource)?;
+    let pod = lock(&server.inner.store).get(pods, namespace, name)?;
+    let query = req.uri().query().unwrap_or("").to_string();
+    let pairs: Vec<(String, String)> = url_pairs(&query);
+    let get = |key: &str| -> Vec<&str> {
+        pairs
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    let flag = |key: &str| {
+        get(key)
+            .first()
+            .is_some_and(|v| matches!(*v, "1" | "t" | "T" | "true" | "TRUE" | "True"))
+    };
+    let mut params: Vec<(&str, String)> = Vec::new();
+    let path = if subresource == "portforward" {
+        let ports: Vec<&str> = get("ports");
+        if !ports.is_empty() {
+            params.push(("port", ports.join(",")));
+        }
+        format!("/portForward/{namespace}/{name}")
+    } else {
+        let container = get("container").first().copied().unwrap_or("").to_string();
+        let container = log_container(&pod, &container)?;
+        for command in get("command") {
+            params.push(("command", command.to_string()));
+        }
+        for (option, param) in [
+            ("stderr", "error"),
+            ("stdin", "input"),
+            ("stdout", "output"),
+            ("tty", "tty"),
+        ] {
+            if flag(option) {
+                params.push((param, "1".into()));
+            }
+        }
+        let kubelet_path = if subresource == "exec" {
+            "exec"
+        } else {
+            "attach"
+        };
+        format!("/{kubelet_path}/{namespace}/{name}/{container}")
+    };
+    let node = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if node.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "pod {name} does not have a host assigned"
+        )));
+    }
+    let upgrade = req
+        .headers()
+        .get(axum::http::header::CONNECTION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("upgrade"));
+    if !upgrade {
+        return Err(ApiError::bad_request("Upgrade request required"));
+    }
+    let (host, port) = connection_info(server, node)?;
+    let backend = Backend {
+        scheme: "https".into(),
+        host,
+        port,
+        tls: Some(kubelet_tls(server, false)?),
+    };
+    // `url.Values.Encode`: keys sorted, values in order.
+    params.sort_by_key(|(k, _)| *k);
+    let encoded: Vec<String> = params
+        .iter()
+        .map(|(k, v)| format!("{k}={}", query_escape(v)))
+        .collect();
+    let path_and_query = if encoded.is_empty() {
+        path
+    } else {
+        format!("{path}?{}", encoded.join("&"))
+    };
+    let client_upgrade = hyper::upgrade::on(&mut req);
+    let mut request = Request::builder()
+        .method(req.method().clone())
+        .uri(
+            path_and_query
+                .parse::<Uri>()
+                .map_err(|e| ApiError::bad_request(e.to_string()))?,
+        )
+        .body(Body::empty())
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    for (key, value) in req.headers() {
+        if key != HOST && key != axum::http::header::AUTHORIZATION {
+            request.headers_mut().append(key.clone(), value.clone());
+        }
+    }
+    if let Ok(host) = HeaderValue::from_str(&backend.host_port()) {
+        request.headers_mut().insert(HOST, host);
+    }
+    let mut response = round_trip(&backend, request).await.map_err(|e| {
+        ApiError::service_unavailable(format!("error trying to reach service: {e}"))
+    })?;
+    if response.status() != axum::http::StatusCode::SWITCHING_PROTOCOLS {
+        let (parts, body) = response.into_parts();
+        return Ok(Response::from_parts(parts, Body::new(body)));
+    }
+    let kubelet_upgrade = hyper::upgrade::on(&mut response);
+    tokio::spawn(async move {
+        if let (Ok(client), Ok(kubelet)) = tokio::join!(client_upgrade, kubelet_upgrade) {
+            let mut client = hyper_util::rt::TokioIo::new(client);
+            let mut kubelet = hyper_util::rt::TokioIo::new(kubelet);
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut kubelet).await;
+        }
+    });
+    let (parts, _) = response.into_parts();
+    Ok(Response::from_parts(parts, Body::empty()))
+}
+
+/// The query's `key=value` pairs in order, `+` and `%XX` decoded.
+fn url_pairs(query: &str) -> Vec<(String, String)> {
+    let decode = |s: &str| -> String {
+        let mut out = Vec::new();
+        let mut bytes = s.bytes();
+        while let Some(b) = bytes.next() {
+            match b {
+                b'+' => out.push(b' '),
+                b'%' => {
+                    let hex: Vec<u8> = bytes.by_ref().take(2).collect();
+                    match std::str::from_utf8(&hex)
+                        .ok()
+                        .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    {
+                        Some(v) => out.push(v),
+                        None => out.extend_from_slice(&hex),
+                    }
+                }
+                b => out.push(b),
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    query
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -204,7 +204,8 @@ async fn serve_connection<T>(
     });
     let service = hyper_util::service::TowerToHyperService::new(service);
     let connection = hyper::server::conn::http1::Builder::new()
-        .serve_connection(hyper_util::rt::TokioIo::new(io), service);
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+        .with_upgrades();
     let went_down = async move {
         if down.wait_for(|down| *down).await.is_err() {
             // The server is gone; the connection lives until the peer ends it.

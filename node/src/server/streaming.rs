@@ -1,0 +1,507 @@
+//! `/exec`, `/attach` and `/portForward` (and their uid-qualified forms), as the
+//! kubelet serves them for CRI runtimes: the pod and container are found, the runtime
+//! is asked (CRI `Exec`, `Attach`, `PortForward`) for a URL of its own streaming
+//! server, and the client's connection is proxied there with its upgrade
+//! (`proxyStream`, the kubelet's default without `--redirect-container-streaming`).
+//! The runtime's server speaks the protocols (SPDY/3.1 or WebSocket with the
+//! `channel.k8s.io` sub-protocols); the node only relays bytes once both sides have
+//! switched protocols.
+//!
+//! Authorization (`nodes/proxy`) runs before any of this, so an unauthorized request
+//! is refused before an upgrade. Wasm pods have no streaming server yet: their
+//! runtime refuses and the client gets a 500 naming it.
+//!
+//! Status codes are the kubelet's: a malformed stream selection 400; no such pod 404
+//! (`pod does not exist`); a container that is not running 500 (`container not found
+//! ("c")`); a runtime's NotFound 404, any other runtime error 500; a request without an
+//! upgrade 500 `Upgrade request required` (the kubelet's upgrade-aware proxy answers
+//! its errors with 500).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::Pod;
+use wasmlet_runtime::{Error as RuntimeError, Runtime, SandboxState, Streams};
+
+use super::node_api::NodeApiState;
+use super::text;
+
+/// The kubelet's `remotecommand.NewOptions`: `input`, `output`, `error` and `tty`
+/// are on when they are `1`; with a TTY stderr is merged into stdout.
+pub fn streams_of(query: &str) -> Result<Streams, String> {
+    let on = |key: &str| first(query, key).as_deref() == Some("1");
+    let tty = on("tty");
+    let streams = Streams {
+        stdin: on("input"),
+        stdout: on("output"),
+        stderr: on("error") && !tty,
+        tty,
+    };
+    if !(streams.stdin || streams.stdout || streams.stderr) {
+        return Err("you must specify at least 1 of stdin, stdout, stderr".into());
+    }
+    Ok(streams)
+}
+
+/// Every value of `key` in the query, decoded as Go's `url.ParseQuery` does.
+pub fn values(query: &str, key: &str) -> Vec<String> {
+    query
+        .split('&')
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (decode(k)? == key).then(|| decode(v)).flatten()
+        })
+        .collect()
+}
+
+fn first(query: &str, key: &str) -> Option<String> {
+    values(query, key).into_iter().next()
+}
+
+/// `+` is a space, `%XX` a byte; `None` for a bad escape or bytes that are not UTF-8.
+fn decode(s: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        match b {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = [bytes.next()?, bytes.next()?];
+                out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+            }
+            b => out.push(b),
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Why a stream cannot be set up: the status and the text the client gets.
+struct Refusal(StatusCode, String);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        text(self.0, self.1)
+    }
+}
+
+/// The pod named so among the node's pods, checked against `uid` when given.
+fn find_pod(
+    state: &NodeApiState,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+) -> Result<Pod, Refusal> {
+    let pod = state.base.statuses.pods().into_iter().find(|p| {
+        p.metadata.namespace.as_deref() == Some(namespace)
+            && p.metadata.name.as_deref() == Some(name)
+    });
+    match pod {
+        None => Err(Refusal(StatusCode::NOT_FOUND, "pod does not exist".into())),
+        Some(p) if uid.is_some_and(|u| p.metadata.uid.as_deref() != Some(u)) => {
+            Err(Refusal(StatusCode::NOT_FOUND, "pod not found".into()))
+        }
+        Some(p) => Ok(p),
+    }
+}
+
+/// The running instance of `container` and the runtime that runs it.
+async fn running_container(
+    state: &NodeApiState,
+    pod: &Pod,
+    container: &str,
+) -> Result<(Arc<dyn Runtime>, String), Refusal> {
+    let not_found = || {
+        Refusal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("container not found ({container:?})"),
+        )
+    };
+    let id = pod
+        .status
+        .iter()
+        .flat_map(|s| {
+            let all = s.container_statuses.iter().flatten();
+            all.chain(s.init_container_statuses.iter().flatten())
+                .chain(s.ephemeral_container_statuses.iter().flatten())
+        })
+        .find(|cs| cs.name == container)
+        .filter(|cs| cs.state.as_ref().is_some_and(|s| s.running.is_some()))
+        .and_then(|cs| cs.container_id.clone())
+        .ok_or_else(not_found)?;
+    let id = id.split_once("://").map_or(id.as_str(), |(_, id)| id);
+    for runtime in state.router.runtimes() {
+        match runtime.container_status(id).await {
+            Ok(_) => return Ok((runtime, id.to_owned())),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(refusal(&e)),
+        }
+    }
+    Err(not_found())
+}
+
+/// The kubelet's `streaming.WriteError`: NotFound 404, anything else 500.
+fn refusal(e: &RuntimeError) -> Refusal {
+    let code = if e.is_not_found() {
+        StatusCode::NOT_FOUND
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
+    Refusal(code, e.to_string())
+}
+
+fn runtime_error(e: &RuntimeError) -> Response {
+    refusal(e).into_response()
+}
+
+/// `/exec/{namespace}/{pod}/{container}`.
+pub async fn exec(
+    State(state): State<NodeApiState>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    exec_in(state, namespace, pod, None, container, req).await
+}
+
+/// `/exec/{namespace}/{pod}/{uid}/{container}`.
+pub async fn exec_uid(
+    State(state): State<NodeApiState>,
+    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
+    req: Request,
+) -> Response {
+    exec_in(state, namespace, pod, Some(uid), container, req).await
+}
+
+async fn exec_in(
+    state: NodeApiState,
+    namespace: String,
+    pod: String,
+    uid: Option<String>,
+    container: String,
+    req: Request,
+) -> Response {
+    let query = req.uri().query().unwrap_or_default().to_owned();
+    let streams = match streams_of(&query) {
+        Ok(s) => s,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e),
+    };
+    let command = values(&query, "command");
+    let pod = match find_pod(&state, &namespace, &pod, uid.as_deref()) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    let (runtime, id) = match running_container(&state, &pod, &container).await {
+        Ok(c) => c,
+        Err(r) => return r.into_response(),
+    };
+    match runtime.exec(&id, &command, streams).await {
+        Ok(url) => proxy_stream(req, &url).await,
+        Err(e) => runtime_error(&e),
+    }
+}
+
+/// `/attach/{namespace}/{pod}/{container}`.
+pub async fn attach(
+    State(state): State<NodeApiState>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    attach_to(state, namespace, pod, None, container, req).await
+}
+
+/// `/attach/{namespace}/{pod}/{uid}/{container}`.
+pub async fn attach_uid(
+    State(state): State<NodeApiState>,
+    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
+    req: Request,
+) -> Response {
+    attach_to(state, namespace, pod, Some(uid), container, req).await
+}
+
+async fn attach_to(
+    state: NodeApiState,
+    namespace: String,
+    pod: String,
+    uid: Option<String>,
+    container: String,
+    req: Request,
+) -> Response {
+    let mut streams = match streams_of(req.uri().query().unwrap_or_default()) {
+        Ok(s) => s,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e),
+    };
+    let pod = match find_pod(&state, &namespace, &pod, uid.as_deref()) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    // Whether the process has a TTY was decided when it started: the spec's, as the
+    // kubelet's GetAttach takes it.
+    streams.tty = crate::pod::containers(&pod).any(|c| c.name == container && c.tty == Some(true));
+    if streams.tty {
+        streams.stderr = false;
+    }
+    let (runtime, id) = match running_container(&state, &pod, &container).await {
+        Ok(c) => c,
+        Err(r) => return r.into_response(),
+    };
+    match runtime.attach(&id, streams).await {
+        Ok(url) => proxy_stream(req, &url).await,
+        Err(e) => runtime_error(&e),
+    }
+}
+
+/// `/portForward/{namespace}/{pod}`.
+pub async fn port_forward(
+    State(state): State<NodeApiState>,
+    Path((namespace, pod)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    forward(state, namespace, pod, None, req).await
+}
+
+/// `/portForward/{namespace}/{pod}/{uid}`.
+pub async fn port_forward_uid(
+    State(state): State<NodeApiState>,
+    Path((namespace, pod, uid)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    forward(state, namespace, pod, Some(uid), req).await
+}
+
+async fn forward(
+    state: NodeApiState,
+    namespace: String,
+    pod: String,
+    uid: Option<String>,
+    req: Request,
+) -> Response {
+    let ports = match ports_of(req.uri().query().unwrap_or_default(), is_websocket(&req)) {
+        Ok(p) => p,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e),
+    };
+    let pod = match find_pod(&state, &namespace, &pod, uid.as_deref()) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+    let runtime = match state.router.for_pod(&pod) {
+        Ok((runtime, _)) => runtime,
+        Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    let sandbox = match runtime.list_pod_sandboxes().await {
+        Ok(list) => list
+            .into_iter()
+            .find(|s| s.metadata.uid == pod_uid && s.state == SandboxState::Ready),
+        Err(e) => return runtime_error(&e),
+    };
+    let Some(sandbox) = sandbox else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!(
+                "pod {:?} has no running sandbox",
+                pod.metadata.name.unwrap_or_default()
+            ),
+        );
+    };
+    match runtime.port_forward(&sandbox.id, &ports).await {
+        Ok(url) => proxy_stream(req, &url).await,
+        Err(e) => runtime_error(&e),
+    }
+}
+
+/// The kubelet's `portforward.NewV4Options`: the `port` values (each a comma-separated
+/// list) name the ports of a WebSocket request; SPDY names a port per stream, so
+/// its query is not read.
+pub fn ports_of(query: &str, websocket: bool) -> Result<Vec<u16>, String> {
+    if !websocket {
+        return Ok(Vec::new());
+    }
+    let mut ports = Vec::new();
+    for list in values(query, "port") {
+        for p in list.split(',') {
+            match p.parse::<u16>() {
+                Ok(0) => return Err(format!("port {list:?} must be > 0")),
+                Ok(n) => ports.push(n),
+                Err(e) => return Err(format!("unable to parse {list:?} as a port: {e}")),
+            }
+        }
+    }
+    Ok(ports)
+}
+
+/// `wsstream.IsWebSocketRequest`: an upgrade to `websocket`.
+fn is_websocket(req: &Request) -> bool {
+    is_upgrade(req)
+        && req
+            .headers()
+            .get(header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+}
+
+/// Whether the request asks to switch protocols (`Connection: upgrade`).
+fn is_upgrade(req: &Request) -> bool {
+    req.headers()
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        && req.headers().contains_key(header::UPGRADE)
+}
+
+fn proxy_error(message: impl std::fmt::Display) -> Response {
+    text(StatusCode::INTERNAL_SERVER_ERROR, format!("{message}\n"))
+}
+
+/// Sends the client's upgrade request to `location` (the runtime's streaming URL),
+/// answers with the runtime's response, and once both sides have switched protocols
+/// relays bytes both ways until either closes.
+pub async fn proxy_stream(mut req: Request, location: &str) -> Response {
+    if !is_upgrade(&req) {
+        return proxy_error("Upgrade request required");
+    }
+    let location: Uri = match location.parse() {
+        Ok(u) => u,
+        Err(e) => {
+            return proxy_error(format_args!(
+                "the runtime's streaming URL {location:?}: {e}"
+            ));
+        }
+    };
+    if location.scheme_str() != Some("http") {
+        return proxy_error(format_args!(
+            "the runtime's streaming URL {location} is not http (TLS streaming is not supported)"
+        ));
+    }
+    let Some(authority) = location.authority().cloned() else {
+        return proxy_error(format_args!(
+            "the runtime's streaming URL {location} has no host"
+        ));
+    };
+    let tcp = match tokio::net::TcpStream::connect(authority.as_str()).await {
+        Ok(t) => t,
+        Err(e) => return proxy_error(format_args!("dialing {authority}: {e}")),
+    };
+    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await {
+        Ok(c) => c,
+        Err(e) => return proxy_error(format_args!("connecting to {authority}: {e}")),
+    };
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!("streaming backend connection: {e}");
+        }
+    });
+
+    let client_upgrade = hyper::upgrade::on(&mut req);
+    let path = location
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let mut backend_req = axum::http::Request::builder()
+        .method(req.method().clone())
+        .uri(path);
+    for (k, v) in req.headers() {
+        if k != header::HOST {
+            backend_req = backend_req.header(k, v);
+        }
+    }
+    if let Some(addr) = req.extensions().get::<super::https::RemoteAddr>()
+        && let Ok(v) = HeaderValue::from_str(&addr.0.ip().to_string())
+    {
+        backend_req = backend_req.header("x-forwarded-for", v);
+    }
+    let backend_req = match backend_req
+        .header(header::HOST, authority.as_str())
+        .body(Body::empty())
+    {
+        Ok(r) => r,
+        Err(e) => return proxy_error(e),
+    };
+    let mut response = match sender.send_request(backend_req).await {
+        Ok(r) => r,
+        Err(e) => return proxy_error(format_args!("sending to {authority}: {e}")),
+    };
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        // The runtime refused (a bad token, a protocol it does not speak): its answer.
+        let (parts, body) = response.into_parts();
+        return Response::from_parts(parts, Body::new(body));
+    }
+    let backend_upgrade = hyper::upgrade::on(&mut response);
+    tokio::spawn(async move {
+        let (client, backend) = match tokio::join!(client_upgrade, backend_upgrade) {
+            (Ok(c), Ok(b)) => (c, b),
+            (c, b) => {
+                tracing::debug!(
+                    client = ?c.err(),
+                    backend = ?b.err(),
+                    "a stream's upgrade did not complete"
+                );
+                return;
+            }
+        };
+        let (mut client, mut backend) = (TokioIo::new(client), TokioIo::new(backend));
+        if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut backend).await {
+            tracing::debug!("a stream ended: {e}");
+        }
+    });
+    let (parts, _) = response.into_parts();
+    Response::from_parts(parts, Body::empty()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_are_the_kubelets_remotecommand_options() {
+        let s = streams_of("command=sh&input=1&output=1&error=1").unwrap();
+        assert_eq!(
+            s,
+            Streams {
+                stdin: true,
+                stdout: true,
+                stderr: true,
+                tty: false
+            }
+        );
+        // A TTY merges stderr into stdout.
+        let s = streams_of("output=1&error=1&tty=1").unwrap();
+        assert!(s.tty && s.stdout && !s.stderr);
+        // Only "1" is on.
+        assert_eq!(
+            streams_of("output=true&error=0").unwrap_err(),
+            "you must specify at least 1 of stdin, stdout, stderr"
+        );
+        assert!(streams_of("tty=1&error=1").is_err());
+    }
+
+    #[test]
+    fn commands_are_every_value_decoded() {
+        let q = "command=sh&command=-c&command=echo+out%3B+exit+7&output=1";
+        assert_eq!(values(q, "command"), ["sh", "-c", "echo out; exit 7"]);
+        assert_eq!(values("port=80&port=8080", "port"), ["80", "8080"]);
+        assert!(values("command=%zz", "command").is_empty());
+    }
+
+    #[test]
+    fn ports_are_read_from_websocket_requests_only() {
+        assert_eq!(
+            ports_of("port=80,8080&port=9090", true).unwrap(),
+            [80, 8080, 9090]
+        );
+        assert_eq!(ports_of("port=http", false).unwrap(), Vec::<u16>::new());
+        assert!(
+            ports_of("port=http", true)
+                .unwrap_err()
+                .starts_with("unable to parse \"http\" as a port")
+        );
+        assert_eq!(
+            ports_of("port=0", true).unwrap_err(),
+            "port \"0\" must be > 0"
+        );
+    }
+}

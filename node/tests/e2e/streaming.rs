@@ -1,0 +1,275 @@
+//! `kubectl exec`, `attach` and `port-forward` on container pods, as a v1.32 API
+//! server drives them: the real kubectl speaking SPDY (`KUBECTL_REMOTE_COMMAND_WEBSOCKETS`
+//! and `KUBECTL_PORT_FORWARD_WEBSOCKETS` off) to the testkit API server, which
+//! proxies the upgrade to the node with its kubelet client certificate; the node
+//! proxies it on to containerd's streaming server.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use wasmlet_testkit::containerd::{Containerd, images::BUSYBOX_IMAGE};
+
+use crate::cluster::*;
+use crate::*;
+
+/// kubectl against the test API server, speaking SPDY as the API server does to
+/// kubelets.
+fn kubectl(kubeconfig: &std::path::Path) -> Command {
+    let mut cmd = Command::new("kubectl");
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--request-timeout=30s")
+        .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+        .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false");
+    cmd
+}
+
+fn run(cmd: &mut Command, stdin: &str) -> (Option<i32>, String, String) {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn busybox_pod(name: &str, script: &str, stdin: bool) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": "default" },
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", script],
+                "stdin": stdin,
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+fn running(c: &Cluster, name: &str) {
+    wait(&format!("{name} to run"), LONG, || {
+        c.api.get::<Pod>(Some("default"), name).filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|cs| cs.first())
+                .is_some_and(|cs| cs.state.as_ref().is_some_and(|s| s.running.is_some()))
+        })
+    });
+}
+
+/// An HTTP GET of `/` on `port`: the body.
+fn http_get(port: u16) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\nHost: box\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn kubectl_exec_attach_and_port_forward_reach_a_busybox_pod() {
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let c = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let (ca_dir, ca_file) = crate::node_api::client_ca_file(&c);
+    let mut opts = node_options(&c, &["ticker"]).with_cri(containerd.address());
+    crate::node_api::trust_client_ca(&mut opts, &ca_file);
+    let node = start_with(opts);
+    let (_tls, kubeconfig) = crate::node_api::kubectl_access(&c, dir.path());
+    drop(ca_dir);
+    wait("the Node to be Ready", LONG, || {
+        c.api.get::<Node>(None, NODE).filter(node_ready)
+    });
+    // A port of its own per run: the pod may share the node's network.
+    let port = 20000 + (std::process::id() % 20000) as u16;
+    c.api
+        .create(&busybox_pod(
+            "box",
+            &format!(
+                "mkdir -p /www && echo hello-from-httpd > /www/index.html && exec httpd -f -p {port} -h /www"
+            ),
+            false,
+        ))
+        .unwrap();
+    c.api
+        .create(&busybox_pod(
+            "reader",
+            "while read l; do echo got $l; done",
+            true,
+        ))
+        .unwrap();
+    c.api.create(&api_pod("wasm", "ticker")).unwrap();
+    running(&c, "box");
+    running(&c, "reader");
+    running(&c, "wasm");
+
+    // exec: stdout, stderr and the exit code, each where kubectl puts it.
+    let (code, out, err) = run(
+        kubectl(&kubeconfig).args([
+            "exec",
+            "box",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 7",
+        ]),
+        "",
+    );
+    assert_eq!(
+        code,
+        Some(7),
+        "stdout {out:?} stderr {err:?}\n{}",
+        node.log()
+    );
+    assert_eq!(out, "out\n");
+    assert!(err.starts_with("err\n"), "{err:?}");
+
+    // exec -i: stdin piped in and closed.
+    let (code, out, err) = run(
+        kubectl(&kubeconfig).args(["exec", "-i", "box", "--", "sh", "-c", "cat; echo done"]),
+        "piped\nlines\n",
+    );
+    assert_eq!(
+        (code, out.as_str()),
+        (Some(0), "piped\nlines\ndone\n"),
+        "{err}"
+    );
+
+    // A command the container does not have: kubectl fails and says so.
+    let (code, _, err) = run(
+        kubectl(&kubeconfig).args(["exec", "box", "--", "no-such-cmd"]),
+        "",
+    );
+    assert_ne!(code, Some(0));
+    assert!(err.contains("no-such-cmd"), "{err}");
+
+    // attach: the running container's stdin and stdout.
+    let mut attach = kubectl(&kubeconfig)
+        .args(["attach", "-i", "reader"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = attach.stdin.take().unwrap();
+    let mut lines = BufReader::new(attach.stdout.take().unwrap());
+    stdin.write_all(b"hello\n").unwrap();
+    let mut line = String::new();
+    lines.read_line(&mut line).unwrap();
+    assert_eq!(line, "got hello\n");
+    let _ = attach.kill();
+    let _ = attach.wait();
+
+    // port-forward: a local port to the pod's httpd, 20 connections at once.
+    let mut forward = kubectl(&kubeconfig)
+        .args(["port-forward", "pod/box", &format!(":{port}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    let mut stdout = BufReader::new(forward.stdout.take().unwrap());
+    stdout.read_line(&mut first).unwrap();
+    // kubectl says "Handling connection for ..." per connection: keep reading.
+    let drain = std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    // "Forwarding from 127.0.0.1:41234 -> 8080"
+    let local: u16 = first
+        .split_whitespace()
+        .nth(2)
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no local port in {first:?}"));
+    let answers: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..20).map(|_| s.spawn(|| http_get(local))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let _ = forward.kill();
+    let _ = forward.wait();
+    let _ = drain.join();
+    for a in &answers {
+        assert!(a.starts_with("HTTP/1.1 200 OK"), "{a}");
+        assert!(a.ends_with("hello-from-httpd\n"), "{a}");
+    }
+    eprintln!("port-forward: 20 of 20 GETs through 127.0.0.1:{local} answered");
+
+    // A Wasm pod has no streaming server yet: a clear error, not a hang.
+    let (code, _, err) = run(kubectl(&kubeconfig).args(["exec", "wasm", "--", "x"]), "");
+    assert_ne!(code, Some(0));
+    assert!(err.contains("does not support exec"), "{err}");
+
+    // On the node itself: refused before any upgrade, and the kubelet's answers to
+    // what cannot be streamed.
+    use wasmlet_testkit::node::NodeApiAuth;
+    c.api.add_token("viewer-token", "viewer", &["viewers"]);
+    c.api
+        .set_access_policy(|r| (r.spec.user.as_deref() != Some("viewer"), String::new()));
+    let get = |path: &str, token: &str| node.api_get(path, NodeApiAuth::Token(token)).unwrap();
+    let (code, body) = get(
+        "/exec/default/box/main?command=true&output=1",
+        "viewer-token",
+    );
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("subresource(s)=[proxy]"), "{body}");
+    for (path, want_code, want_body) in [
+        (
+            "/exec/default/box/main?command=true&output=1",
+            500,
+            "Upgrade request required",
+        ),
+        (
+            "/exec/default/box/main?command=true",
+            400,
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ),
+        (
+            "/exec/default/box/nope?command=true&output=1",
+            500,
+            "container not found (\"nope\")",
+        ),
+        (
+            "/exec/default/ghost/main?output=1",
+            404,
+            "pod does not exist",
+        ),
+        (
+            "/attach/default/box/nope?output=1",
+            500,
+            "container not found (\"nope\")",
+        ),
+        ("/portForward/default/ghost", 404, "pod does not exist"),
+        ("/portForward/default/box", 500, "Upgrade request required"),
+        (
+            "/portForward/default/box?port=http",
+            500,
+            "Upgrade request required",
+        ),
+    ] {
+        let (code, body) = get(path, "admin-token");
+        assert_eq!((code, body.trim()), (want_code, want_body), "{path}");
+    }
+}
