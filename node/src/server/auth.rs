@@ -3,8 +3,9 @@
 //! with k8s.io/apiserver's `DelegatingAuthenticatorConfig`.
 //!
 //! The order is the apiserver's union: a client certificate first (when
-//! `clientCAFile` is set), then an `Authorization: Bearer` token (when the token
-//! webhook is on). The first that names a user wins; every authenticated user gets
+//! `clientCAFile` is set), then an `Authorization: Bearer` token, then a token in a
+//! WebSocket request's `Sec-WebSocket-Protocol` ([`websocket_token`]) (both when the
+//! token webhook is on). The first that names a user wins; every authenticated user gets
 //! `system:authenticated`. A request that presented a credential that failed is
 //! refused even with anonymous access on: anonymous (`system:anonymous` in
 //! `system:unauthenticated`) is only for a request that presented none.
@@ -355,11 +356,69 @@ pub enum Authn {
 }
 
 /// The credential a request was authenticated with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Credential {
     None,
     Certificate,
     Token,
+    /// A token in `Sec-WebSocket-Protocol`; the subprotocols that remain.
+    WebSocketToken(String),
+}
+
+/// The prefix of the WebSocket subprotocol that carries a bearer token (browsers
+/// cannot set `Authorization` on a WebSocket): `base64url.bearer.authorization.k8s.io.<token>`.
+pub const WEBSOCKET_TOKEN_PREFIX: &str = "base64url.bearer.authorization.k8s.io.";
+
+/// The token of a WebSocket request's `Sec-WebSocket-Protocol`, as the apiserver's
+/// `websocket.ProtocolAuthenticator` reads it: `Ok(None)` for a request that is no
+/// WebSocket upgrade or carries no token; otherwise the token and the other
+/// subprotocols (what the header must say once the token is accepted, so that it
+/// never reaches the runtime).
+pub(crate) fn websocket_token(headers: &HeaderMap) -> Result<Option<(String, String)>, String> {
+    let upgrade = headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let connection = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    if !(upgrade && connection) {
+        return Ok(None);
+    }
+    let mut token = None;
+    let mut others = Vec::new();
+    for value in headers.get_all(header::SEC_WEBSOCKET_PROTOCOL) {
+        let Ok(value) = value.to_str() else {
+            continue;
+        };
+        for protocol in value.split(',').map(str::trim) {
+            let Some(encoded) = protocol.strip_prefix(WEBSOCKET_TOKEN_PREFIX) else {
+                others.push(protocol);
+                continue;
+            };
+            if token.is_some() {
+                return Err("multiple base64.bearer.authorization tokens specified".into());
+            }
+            use base64::Engine as _;
+            let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(encoded)
+                .map_err(|_| "invalid base64.bearer.authorization token encoding".to_owned())?;
+            token = Some(
+                String::from_utf8(decoded)
+                    .map_err(|_| "invalid base64.bearer.authorization token".to_owned())?,
+            );
+        }
+    }
+    match token {
+        Some(t) if !t.is_empty() && others.is_empty() => {
+            Err("missing additional subprotocol".into())
+        }
+        Some(t) if !t.is_empty() => Ok(Some((t, others.join(",")))),
+        _ => Ok(None),
+    }
 }
 
 /// What the `Authorization` header holds, as the apiserver's bearer token
@@ -451,6 +510,21 @@ impl Authenticator {
                     Ok(Some(user)) => {
                         let user = user.with_authenticated_group();
                         return (Authn::Authenticated(user), Credential::Token);
+                    }
+                    Ok(None) => failures.push("invalid bearer token".to_owned()),
+                    Err(e) => errors.push(e.to_string()),
+                },
+            }
+            match websocket_token(&parts.headers) {
+                Ok(None) => {}
+                Err(why) => failures.push(why),
+                Ok(Some((token, others))) => match tokens.review(&token, &[]).await {
+                    Ok(Some(user)) => {
+                        let user = user.with_authenticated_group();
+                        return (
+                            Authn::Authenticated(user),
+                            Credential::WebSocketToken(others),
+                        );
                     }
                     Ok(None) => failures.push("invalid bearer token".to_owned()),
                     Err(e) => errors.push(e.to_string()),
@@ -892,6 +966,78 @@ pub(crate) mod tests {
         assert!(matches!(
             auth.authenticate(&with_good_token).await,
             Authn::Authenticated(u) if u.name == "alice"
+        ));
+    }
+
+    fn websocket(protocols: &[&str]) -> Parts {
+        parts(|r| {
+            let h = r.headers_mut();
+            h.insert(header::CONNECTION, "Upgrade".parse().unwrap());
+            h.insert(header::UPGRADE, "websocket".parse().unwrap());
+            for p in protocols {
+                h.append(header::SEC_WEBSOCKET_PROTOCOL, p.parse().unwrap());
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn a_websocket_subprotocol_token_is_read_as_the_apiserver_reads_it() {
+        use base64::Engine as _;
+        let enc = |t: &str| {
+            format!(
+                "{WEBSOCKET_TOKEN_PREFIX}{}",
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(t)
+            )
+        };
+        let tokens = fake(&[("good", "alice")]);
+        let auth = Authenticator::new(config(false), Some(tokens.clone())).unwrap();
+
+        let csv = format!("v5.channel.k8s.io, {}, v4.channel.k8s.io", enc("good"));
+        let (authn, via) = auth.authenticate_request(&websocket(&[&csv])).await;
+        assert!(matches!(authn, Authn::Authenticated(u) if u.name == "alice"));
+        assert_eq!(
+            via,
+            Credential::WebSocketToken("v5.channel.k8s.io,v4.channel.k8s.io".into())
+        );
+        // Also across several headers.
+        let (_, via) = auth
+            .authenticate_request(&websocket(&["v4.channel.k8s.io", &enc("good")]))
+            .await;
+        assert_eq!(via, Credential::WebSocketToken("v4.channel.k8s.io".into()));
+
+        for (protocols, why) in [
+            (
+                vec![enc("bad"), "v4.channel.k8s.io".into()],
+                "invalid bearer token",
+            ),
+            (vec![enc("good")], "missing additional subprotocol"),
+            (
+                vec![enc("good"), enc("good"), "v4.channel.k8s.io".into()],
+                "multiple base64.bearer.authorization tokens specified",
+            ),
+            (
+                vec![
+                    format!("{WEBSOCKET_TOKEN_PREFIX}***"),
+                    "v4.channel.k8s.io".into(),
+                ],
+                "invalid base64.bearer.authorization token encoding",
+            ),
+        ] {
+            let refs: Vec<&str> = protocols.iter().map(String::as_str).collect();
+            assert_eq!(
+                auth.authenticate(&websocket(&refs)).await,
+                Authn::Unauthenticated(why.into()),
+                "{protocols:?}"
+            );
+        }
+        // Not a WebSocket upgrade: the header is not a credential.
+        let mut plain = parts(|_| {});
+        plain
+            .headers
+            .insert(header::SEC_WEBSOCKET_PROTOCOL, enc("good").parse().unwrap());
+        assert!(matches!(
+            auth.authenticate(&plain).await,
+            Authn::Unauthenticated(why) if why == "no credentials"
         ));
     }
 

@@ -459,8 +459,19 @@ pub async fn filter(State(guard): State<Arc<Guard>>, req: Request, next: Next) -
             return text(StatusCode::UNAUTHORIZED, "Unauthorized");
         }
     };
-    if credential == Credential::Token {
-        parts.headers.remove(header::AUTHORIZATION);
+    match &credential {
+        Credential::Token => {
+            parts.headers.remove(header::AUTHORIZATION);
+        }
+        // As the apiserver's protocol authenticator: the token's subprotocol is
+        // removed, the others stay for the handshake.
+        Credential::WebSocketToken(others) => {
+            parts.headers.remove(header::SEC_WEBSOCKET_PROTOCOL);
+            if let Ok(v) = header::HeaderValue::from_str(others) {
+                parts.headers.insert(header::SEC_WEBSOCKET_PROTOCOL, v);
+            }
+        }
+        Credential::None | Credential::Certificate => {}
     }
 
     let attrs = request_attributes(
@@ -825,10 +836,15 @@ mod tests {
         Arc::new(Guard::new("node-a", authn, authz, fine_grained))
     }
 
-    /// Answers with who the handler saw and whether it saw an Authorization header.
+    /// Answers with who the handler saw and whether it saw an Authorization header
+    /// (and the WebSocket subprotocols it saw, if any).
     async fn whoami(Extension(user): Extension<User>, headers: HeaderMap) -> String {
         let auth = headers.contains_key(header::AUTHORIZATION);
-        format!("{} {:?} authorization={auth}", user.name, user.groups)
+        let mut out = format!("{} {:?} authorization={auth}", user.name, user.groups);
+        if let Some(p) = headers.get(header::SEC_WEBSOCKET_PROTOCOL) {
+            out.push_str(&format!(" protocols={}", p.to_str().unwrap()));
+        }
+        out
     }
 
     fn router(guard: Arc<Guard>) -> Router {
@@ -950,6 +966,29 @@ mod tests {
         assert_eq!(
             answer.content_type.as_deref(),
             Some("text/plain; charset=utf-8")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_websocket_token_reaches_the_handler_without_its_subprotocol() {
+        use base64::Engine as _;
+        let access = FakeAccess::allowing(&[("alice", "proxy")]);
+        let g = guard(false, &tokens(&[("good", "alice")]), Some(&access), false);
+        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("good");
+        let req = axum::http::Request::get("/exec/ns/pod/c")
+            .header(header::CONNECTION, "Upgrade")
+            .header(header::UPGRADE, "websocket")
+            .header(
+                header::SEC_WEBSOCKET_PROTOCOL,
+                format!("v5.channel.k8s.io,base64url.bearer.authorization.k8s.io.{token}"),
+            )
+            .body(Body::empty())
+            .unwrap();
+        let answer = send(&g, req).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        assert_eq!(
+            answer.body,
+            "alice [\"system:authenticated\"] authorization=false protocols=v5.channel.k8s.io"
         );
     }
 
