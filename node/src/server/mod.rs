@@ -19,6 +19,8 @@ pub mod https;
 pub mod logs;
 pub mod node_api;
 pub mod node_logs;
+pub mod remotecommand;
+pub mod spdy;
 pub mod stats;
 pub mod streaming;
 pub mod tls;

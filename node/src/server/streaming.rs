@@ -8,8 +8,9 @@
 //! switched protocols.
 //!
 //! Authorization (`nodes/proxy`) runs before any of this, so an unauthorized request
-//! is refused before an upgrade. Wasm pods have no streaming server yet: their
-//! runtime refuses and the client gets a 500 naming it.
+//! is refused before an upgrade. A runtime without a streaming server (the Wasm
+//! runtime) has its exec served by the node itself ([`super::remotecommand`]);
+//! its attach and port-forward are refused with a 500 naming the runtime.
 //!
 //! Status codes are the kubelet's: a malformed stream selection 400; no such pod 404
 //! (`pod does not exist`); a container that is not running 500 (`container not found
@@ -28,7 +29,7 @@ use k8s_openapi::api::core::v1::Pod;
 use wasmlet_runtime::{Error as RuntimeError, Runtime, SandboxState, Streams};
 
 use super::node_api::NodeApiState;
-use super::text;
+use super::{remotecommand, text};
 
 /// The kubelet's `remotecommand.NewOptions`: `input`, `output`, `error` and `tty`
 /// are on when they are `1`; with a TTY stderr is merged into stdout.
@@ -199,6 +200,18 @@ async fn exec_in(
     };
     match runtime.exec(&id, &command, streams).await {
         Ok(url) => proxy_stream(req, &url).await,
+        // No streaming server (the Wasm runtime): the node serves the exec itself.
+        Err(RuntimeError::Unsupported { .. }) => {
+            let protocol = match remotecommand::negotiate(&req, remotecommand::PROTOCOLS) {
+                Ok(p) => p,
+                Err(offered) => {
+                    return remotecommand::refuse_protocols(&offered, remotecommand::PROTOCOLS);
+                }
+            };
+            remotecommand::upgrade(req, protocol, move |session| {
+                remotecommand::serve_exec(session, runtime, id, command, streams)
+            })
+        }
         Err(e) => runtime_error(&e),
     }
 }
