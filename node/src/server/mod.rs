@@ -19,6 +19,7 @@ pub mod https;
 pub mod logs;
 pub mod node_api;
 pub mod node_logs;
+pub mod portforward;
 pub mod remotecommand;
 pub mod spdy;
 pub mod stats;

@@ -10,7 +10,8 @@
 //! Authorization (`nodes/proxy`) runs before any of this, so an unauthorized request
 //! is refused before an upgrade. A runtime without a streaming server (the Wasm
 //! runtime) has its exec served by the node itself ([`super::remotecommand`]);
-//! its attach and port-forward are refused with a 500 naming the runtime.
+//! (and [`super::portforward`]); its attach is refused with a 500 naming the
+//! runtime.
 //!
 //! Status codes are the kubelet's: a malformed stream selection 400; no such pod 404
 //! (`pod does not exist`); a container that is not running 500 (`container not found
@@ -29,7 +30,7 @@ use k8s_openapi::api::core::v1::Pod;
 use wasmlet_runtime::{Error as RuntimeError, Runtime, SandboxState, Streams};
 
 use super::node_api::NodeApiState;
-use super::{remotecommand, text};
+use super::{portforward, remotecommand, text};
 
 /// The kubelet's `remotecommand.NewOptions`: `input`, `output`, `error` and `tty`
 /// are on when they are `1`; with a TTY stderr is merged into stdout.
@@ -321,6 +322,24 @@ async fn forward(
     };
     match runtime.port_forward(&sandbox.id, &ports).await {
         Ok(url) => proxy_stream(req, &url).await,
+        // No streaming server (the Wasm runtime): the node relays to the pod's
+        // ports, on the node's network where a Wasm pod listens.
+        Err(RuntimeError::Unsupported { .. }) => {
+            let protocol = match remotecommand::negotiate(&req, portforward::PROTOCOLS) {
+                Ok(p) => p,
+                Err(offered) => {
+                    return remotecommand::refuse_protocols(&offered, portforward::PROTOCOLS);
+                }
+            };
+            let target = portforward::Target {
+                pod: pod.metadata.name.clone().unwrap_or_default(),
+                uid: pod_uid,
+                host: std::net::Ipv4Addr::LOCALHOST.into(),
+            };
+            remotecommand::upgrade(req, protocol, move |session| {
+                portforward::serve(session, target)
+            })
+        }
         Err(e) => runtime_error(&e),
     }
 }

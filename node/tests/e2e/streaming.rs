@@ -81,24 +81,62 @@ fn running(c: &Cluster, name: &str) {
     });
 }
 
-/// An HTTP GET of `/` on `port`: the body.
-fn http_get(port: u16) -> String {
+/// An HTTP GET of `path` on `port`: the whole answer.
+fn http_get(port: u16, path: &str) -> String {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s.write_all(b"GET / HTTP/1.0\r\nHost: box\r\n\r\n").unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: box\r\n\r\n").as_bytes())
+        .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
 }
 
+/// `kubectl port-forward pod/<pod> :<port>`: the child and its local port; its stdout
+/// (a line per connection) is drained so that it never blocks.
+fn port_forward(
+    kubeconfig: &std::path::Path,
+    pod: &str,
+    port: u16,
+) -> (std::process::Child, u16, std::thread::JoinHandle<()>) {
+    let mut forward = kubectl(kubeconfig)
+        .args(["port-forward", &format!("pod/{pod}"), &format!(":{port}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    let mut stdout = BufReader::new(forward.stdout.take().unwrap());
+    stdout.read_line(&mut first).unwrap();
+    let drain = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut stdout, &mut std::io::sink());
+    });
+    // "Forwarding from 127.0.0.1:41234 -> 8080"
+    let local: u16 = first
+        .split_whitespace()
+        .nth(2)
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no local port in {first:?}"));
+    (forward, local, drain)
+}
+
+/// `n` GETs of `path` at once through `local`: the answers.
+fn concurrent_gets(local: u16, path: &str, n: usize) -> Vec<String> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n).map(|_| s.spawn(|| http_get(local, path))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 #[test]
-fn kubectl_exec_attach_and_port_forward_reach_busybox_and_exec_reaches_wasm() {
+fn kubectl_exec_attach_and_port_forward_reach_busybox_and_wasm_pods() {
     let containerd = Containerd::start().expect("containerd starts");
     containerd.import_test_images().expect("test images import");
     let c = cluster();
     let dir = tempfile::tempdir().unwrap();
     let (ca_dir, ca_file) = crate::node_api::client_ca_file(&c);
-    let mut opts = node_options(&c, &["ticker"]).with_cri(containerd.address());
+    let mut opts = node_options(&c, &["ticker", "httpd"]).with_cri(containerd.address());
     crate::node_api::trust_client_ca(&mut opts, &ca_file);
     let node = start_with(opts);
     let (_tls, kubeconfig) = crate::node_api::kubectl_access(&c, dir.path());
@@ -132,9 +170,18 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_exec_reaches_wasm() {
             ..Default::default()
         }]);
     c.api.create(&wasm).unwrap();
+    let web_port = port + 1000;
+    let mut web = api_pod("wasm-httpd", "httpd");
+    web.spec.as_mut().unwrap().containers[0].env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+        name: "PORT".into(),
+        value: Some(web_port.to_string()),
+        ..Default::default()
+    }]);
+    c.api.create(&web).unwrap();
     running(&c, "box");
     running(&c, "reader");
     running(&c, "wasm");
+    running(&c, "wasm-httpd");
 
     // exec: stdout, stderr and the exit code, each where kubectl puts it.
     let (code, out, err) = run(
@@ -194,28 +241,8 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_exec_reaches_wasm() {
     let _ = attach.wait();
 
     // port-forward: a local port to the pod's httpd, 20 connections at once.
-    let mut forward = kubectl(&kubeconfig)
-        .args(["port-forward", "pod/box", &format!(":{port}")])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    let mut stdout = BufReader::new(forward.stdout.take().unwrap());
-    stdout.read_line(&mut first).unwrap();
-    // kubectl says "Handling connection for ..." per connection: keep reading.
-    let drain = std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    // "Forwarding from 127.0.0.1:41234 -> 8080"
-    let local: u16 = first
-        .split_whitespace()
-        .nth(2)
-        .and_then(|a| a.rsplit(':').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no local port in {first:?}"));
-    let answers: Vec<String> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..20).map(|_| s.spawn(|| http_get(local))).collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let (mut forward, local, drain) = port_forward(&kubeconfig, "box", port);
+    let answers = concurrent_gets(local, "/", 20);
     let _ = forward.kill();
     let _ = forward.wait();
     let _ = drain.join();
@@ -223,7 +250,35 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_exec_reaches_wasm() {
         assert!(a.starts_with("HTTP/1.1 200 OK"), "{a}");
         assert!(a.ends_with("hello-from-httpd\n"), "{a}");
     }
-    eprintln!("port-forward: 20 of 20 GETs through 127.0.0.1:{local} answered");
+    eprintln!("port-forward (busybox): 20 of 20 GETs through 127.0.0.1:{local} answered");
+
+    // The same to the Wasm httpd, relayed by the node itself.
+    let (mut forward, local, drain) = port_forward(&kubeconfig, "wasm-httpd", web_port);
+    let answers = concurrent_gets(local, "/healthz", 20);
+    let _ = forward.kill();
+    let _ = forward.wait();
+    let _ = drain.join();
+    for a in &answers {
+        assert!(a.starts_with("HTTP/1.1 200"), "{a}");
+        assert!(a.ends_with("\r\n\r\nok\n"), "{a:?}");
+    }
+    eprintln!("port-forward (wasm): 20 of 20 GETs through 127.0.0.1:{local} answered");
+
+    // A port nothing listens on: that connection ends, kubectl says why.
+    let (mut forward, local, drain) = port_forward(&kubeconfig, "wasm-httpd", web_port + 1);
+    let answer = std::panic::catch_unwind(|| http_get(local, "/")).unwrap_or_default();
+    assert!(answer.is_empty(), "{answer}");
+    let _ = forward.kill();
+    let mut err = String::new();
+    forward
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let _ = forward.wait();
+    let _ = drain.join();
+    assert!(err.contains("error forwarding port"), "{err}");
 
     // exec in a Wasm pod, served by the node over SPDY: a new instance of the
     // container's program with the command as argv, its output and exit code.
