@@ -22,7 +22,7 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use k8s_openapi::List;
 use k8s_openapi::api::core::v1::{Container, ContainerStatus as ApiStatus, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -121,6 +121,11 @@ pub fn router(state: NodeApiState, guard: Arc<Guard>) -> Router {
             .route(
                 "/attach/{namespace}/{pod}/{uid}/{container}",
                 get(streaming::attach_uid).post(streaming::attach_uid),
+            )
+            .route("/run/{namespace}/{pod}/{container}", post(streaming::run))
+            .route(
+                "/run/{namespace}/{pod}/{uid}/{container}",
+                post(streaming::run_uid),
             )
             .route(
                 "/portForward/{namespace}/{pod}",

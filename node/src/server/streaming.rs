@@ -1,4 +1,4 @@
-//! `/exec`, `/attach` and `/portForward` (and their uid-qualified forms), as the
+//! `/exec`, `/attach`, `/portForward` and `/run` (and their uid-qualified forms), as the
 //! kubelet serves them for CRI runtimes: the pod and container are found, the runtime
 //! is asked (CRI `Exec`, `Attach`, `PortForward`) for a URL of its own streaming
 //! server, and the client's connection is proxied there with its upgrade
@@ -214,6 +214,65 @@ async fn exec_in(
             })
         }
         Err(e) => runtime_error(&e),
+    }
+}
+
+/// `POST /run/{namespace}/{pod}/{container}?cmd=...`: the kubelet's `getRun`, the
+/// command (split on spaces) run to its end and its stdout and stderr answered; a
+/// non-zero exit is a 500, as `RunInContainer` makes it an error.
+pub async fn run(
+    State(state): State<NodeApiState>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    run_in(state, namespace, pod, None, container, req).await
+}
+
+/// `POST /run/{namespace}/{pod}/{uid}/{container}`.
+pub async fn run_uid(
+    State(state): State<NodeApiState>,
+    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
+    req: Request,
+) -> Response {
+    run_in(state, namespace, pod, Some(uid), container, req).await
+}
+
+async fn run_in(
+    state: NodeApiState,
+    namespace: String,
+    pod: String,
+    uid: Option<String>,
+    container: String,
+    req: Request,
+) -> Response {
+    let pod = match find_pod(&state, &namespace, &pod, uid.as_deref()) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    let cmd = first(req.uri().query().unwrap_or_default(), "cmd").unwrap_or_default();
+    let command: Vec<String> = cmd.split(' ').map(str::to_owned).collect();
+    let (runtime, id) = match running_container(&state, &pod, &container).await {
+        Ok(c) => c,
+        Err(r) => return r.into_response(),
+    };
+    match runtime
+        .exec_sync(&id, &command, std::time::Duration::ZERO)
+        .await
+    {
+        Ok(out) if out.exit_code == 0 => {
+            let mut body = out.stdout;
+            body.extend(out.stderr);
+            ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+        }
+        Ok(out) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "command {command:?} exited with {}: {}",
+                out.exit_code,
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        ),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 

@@ -215,6 +215,27 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_wasm_pods() {
         "{err}"
     );
 
+    // exec -t in a terminal (script's pseudo-terminal, sized 30x100): the
+    // container's TTY takes kubectl's size through the resize stream.
+    // The first resize may land after the command started: it polls for its size.
+    let inner = format!(
+        "stty rows 30 cols 100; kubectl --kubeconfig {} exec -ti box -- sh -c '{}'",
+        kubeconfig.display(),
+        "for i in $(seq 100); do s=$(stty size 2>/dev/null); [ -n \"$s\" ] && break; sleep 0.1; done; echo size $s"
+    );
+    let out = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+        .stdin(Stdio::null())
+        .output()
+        .expect("script runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("30 100"),
+        "{text:?} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // A command the container does not have: kubectl fails and says so.
     let (code, _, err) = run(
         kubectl(&kubeconfig).args(["exec", "box", "--", "no-such-cmd"]),
@@ -359,4 +380,21 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_wasm_pods() {
         let (code, body) = get(path, "admin-token");
         assert_eq!((code, body.trim()), (want_code, want_body), "{path}");
     }
+
+    // /run: the command to its end, its output answered; a non-zero exit a 500.
+    let post = |path: &str| {
+        node.api_post(path, NodeApiAuth::Token("admin-token"))
+            .unwrap()
+    };
+    assert_eq!(
+        post("/run/default/box/main?cmd=echo%20run%20out"),
+        (200, "run out\n".into())
+    );
+    let (code, body) = post("/run/default/box/main?cmd=false");
+    assert_eq!(code, 500, "{body}");
+    assert!(body.contains("exited with 1"), "{body}");
+    let (code, body) = post("/run/default/wasm/main?cmd=ticker%20check");
+    assert_eq!(code, 500, "{body}");
+    assert!(body.contains("exited with 3"), "{body}");
+    assert_eq!(get("/run/default/box/main?cmd=true", "admin-token").0, 405);
 }

@@ -136,6 +136,17 @@ pub fn https_get(
     path: &str,
     auth: NodeApiAuth<'_>,
 ) -> Result<(u16, String)> {
+    https_request(port, ca_pem, "GET", path, auth)
+}
+
+/// [`https_get`] with another method (and no body).
+pub fn https_request(
+    port: u16,
+    ca_pem: &str,
+    method: &str,
+    path: &str,
+    auth: NodeApiAuth<'_>,
+) -> Result<(u16, String)> {
     use rustls::pki_types::pem::PemObject as _;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
@@ -166,7 +177,7 @@ pub fn https_get(
     };
     write!(
         tls,
-        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{bearer}\r\n"
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n{bearer}\r\n"
     )?;
     let mut raw = Vec::new();
     match tls.read_to_end(&mut raw) {
@@ -378,6 +389,11 @@ impl TestNode {
     /// [`Self::serving_ca`].
     pub fn api_get(&self, path: &str, auth: NodeApiAuth<'_>) -> Result<(u16, String)> {
         https_get(self.api_port, &self.serving_ca()?, path, auth)
+    }
+
+    /// A POST without a body on the node API (see [`Self::api_get`]).
+    pub fn api_post(&self, path: &str, auth: NodeApiAuth<'_>) -> Result<(u16, String)> {
+        https_request(self.api_port, &self.serving_ca()?, "POST", path, auth)
     }
 
     /// `/pods` from the read-only port, parsed as a `v1.PodList`.
