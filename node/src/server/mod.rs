@@ -25,6 +25,7 @@ pub mod spdy;
 pub mod stats;
 pub mod streaming;
 pub mod tls;
+pub mod websocket;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

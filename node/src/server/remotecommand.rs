@@ -179,6 +179,52 @@ pub fn internal_error(message: &str) -> serde_json::Value {
     })
 }
 
+/// What an exec produced: its output for stdout and stderr (with a TTY, stderr's
+/// bytes are on stdout), and the Status for the error stream.
+pub struct Outcome {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub status: serde_json::Value,
+}
+
+/// Runs `command` in container `id` through `exec_sync`, for a client that opened
+/// `streams` (a stdin is refused: the runtime's exec takes none).
+pub async fn run_exec(
+    runtime: &Arc<dyn Runtime>,
+    id: &str,
+    command: &[String],
+    streams: Streams,
+) -> Outcome {
+    let refused = |message: String| Outcome {
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+        status: internal_error(&message),
+    };
+    if streams.stdin {
+        return refused(format!(
+            "the {} runtime's exec takes no stdin (run it without -i)",
+            runtime.name()
+        ));
+    }
+    match runtime.exec_sync(id, command, Duration::ZERO).await {
+        Ok(out) => {
+            let (mut stdout, stderr) = (out.stdout, out.stderr);
+            let stderr = if streams.tty {
+                stdout.extend(stderr);
+                Vec::new()
+            } else {
+                stderr
+            };
+            Outcome {
+                stdout: if streams.stdout { stdout } else { Vec::new() },
+                stderr: if streams.stderr { stderr } else { Vec::new() },
+                status: exit_status(out.exit_code),
+            }
+        }
+        Err(e) => refused(e.to_string()),
+    }
+}
+
 /// Serves one exec of `command` in container `id` of `runtime` over `session`.
 pub async fn serve_exec(
     mut session: Session,
@@ -195,39 +241,22 @@ pub async fn serve_exec(
             return;
         }
     };
-    let status = if client.stdin.is_some() {
-        internal_error(&format!(
-            "the {} runtime's exec takes no stdin (run it without -i)",
-            runtime.name()
-        ))
-    } else {
-        match runtime.exec_sync(&id, &command, Duration::ZERO).await {
-            Ok(out) => {
-                let stdout = client.stdout.as_ref().map(|s| &s.writer);
-                let stderr = client.stderr.as_ref().map(|s| &s.writer);
-                if let Some(w) = stdout {
-                    w.write(&out.stdout).await;
-                }
-                // With a TTY there is no stderr stream: its bytes go to stdout.
-                match (stderr, stdout, streams.tty) {
-                    (Some(w), _, _) => {
-                        w.write(&out.stderr).await;
-                    }
-                    (None, Some(w), true) => {
-                        w.write(&out.stderr).await;
-                    }
-                    _ => {}
-                }
-                exit_status(out.exit_code)
-            }
-            Err(e) => internal_error(&e.to_string()),
-        }
+    let opened = Streams {
+        stdin: client.stdin.is_some(),
+        ..streams
     };
+    let out = run_exec(&runtime, &id, &command, opened).await;
+    if let Some(s) = &client.stdout {
+        s.writer.write(&out.stdout).await;
+    }
+    if let Some(s) = &client.stderr {
+        s.writer.write(&out.stderr).await;
+    }
     for s in [&client.stdout, &client.stderr].into_iter().flatten() {
         s.writer.close().await;
     }
     if let Some(error) = &client.error {
-        error.writer.write(status.to_string().as_bytes()).await;
+        error.writer.write(out.status.to_string().as_bytes()).await;
         error.writer.close().await;
     }
     session.go_away().await;

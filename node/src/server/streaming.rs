@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::Pod;
 use wasmlet_runtime::{Error as RuntimeError, Runtime, SandboxState, Streams};
 
 use super::node_api::NodeApiState;
-use super::{portforward, remotecommand, text};
+use super::{portforward, remotecommand, text, websocket};
 
 /// The kubelet's `remotecommand.NewOptions`: `input`, `output`, `error` and `tty`
 /// are on when they are `1`; with a TTY stderr is merged into stdout.
@@ -202,6 +202,11 @@ async fn exec_in(
     match runtime.exec(&id, &command, streams).await {
         Ok(url) => proxy_stream(req, &url).await,
         // No streaming server (the Wasm runtime): the node serves the exec itself.
+        Err(RuntimeError::Unsupported { .. }) if websocket::is_websocket(&req) => {
+            websocket::upgrade(req, websocket::EXEC_PROTOCOLS, move |ws, _| {
+                websocket::serve_exec(ws, runtime, id, command, streams)
+            })
+        }
         Err(RuntimeError::Unsupported { .. }) => {
             let protocol = match remotecommand::negotiate(&req, remotecommand::PROTOCOLS) {
                 Ok(p) => p,
@@ -351,7 +356,10 @@ async fn forward(
     uid: Option<String>,
     req: Request,
 ) -> Response {
-    let ports = match ports_of(req.uri().query().unwrap_or_default(), is_websocket(&req)) {
+    let ports = match ports_of(
+        req.uri().query().unwrap_or_default(),
+        websocket::is_websocket(&req),
+    ) {
         Ok(p) => p,
         Err(e) => return text(StatusCode::BAD_REQUEST, e),
     };
@@ -383,6 +391,13 @@ async fn forward(
         Ok(url) => proxy_stream(req, &url).await,
         // No streaming server (the Wasm runtime): the node relays to the pod's
         // ports, on the node's network where a Wasm pod listens.
+        Err(RuntimeError::Unsupported { .. }) if websocket::is_websocket(&req) => {
+            let pod_name = pod.metadata.name.clone().unwrap_or_default();
+            let host = std::net::Ipv4Addr::LOCALHOST.into();
+            websocket::upgrade(req, websocket::PORT_FORWARD_PROTOCOLS, move |ws, _| {
+                websocket::serve_port_forward(ws, host, ports, pod_name)
+            })
+        }
         Err(RuntimeError::Unsupported { .. }) => {
             let protocol = match remotecommand::negotiate(&req, portforward::PROTOCOLS) {
                 Ok(p) => p,
@@ -410,8 +425,12 @@ pub fn ports_of(query: &str, websocket: bool) -> Result<Vec<u16>, String> {
     if !websocket {
         return Ok(Vec::new());
     }
+    let lists = values(query, "port");
+    if lists.is_empty() {
+        return Err("query parameter \"port\" is required".into());
+    }
     let mut ports = Vec::new();
-    for list in values(query, "port") {
+    for list in lists {
         for p in list.split(',') {
             match p.parse::<u16>() {
                 Ok(0) => return Err(format!("port {list:?} must be > 0")),
@@ -421,16 +440,6 @@ pub fn ports_of(query: &str, websocket: bool) -> Result<Vec<u16>, String> {
         }
     }
     Ok(ports)
-}
-
-/// `wsstream.IsWebSocketRequest`: an upgrade to `websocket`.
-fn is_websocket(req: &Request) -> bool {
-    is_upgrade(req)
-        && req
-            .headers()
-            .get(header::UPGRADE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
 }
 
 /// Whether the request asks to switch protocols (`Connection: upgrade`).

@@ -397,4 +397,103 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_wasm_pods() {
     assert_eq!(code, 500, "{body}");
     assert!(body.contains("exited with 3"), "{body}");
     assert_eq!(get("/run/default/box/main?cmd=true", "admin-token").0, 405);
+
+    websocket_clients(&kubeconfig, web_port, port);
+}
+
+/// kube-rs over WebSocket (as direct clients and newer API servers speak): exec and
+/// port-forward on both kinds of pod.
+fn websocket_clients(kubeconfig: &std::path::Path, wasm_port: u16, box_port: u16) {
+    use kube::api::{Api, AttachParams};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let step = |what: &str| eprintln!("websocket: {what}");
+    let within = Duration::from_secs(20);
+    rt.block_on(async {
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        let client = kube::Client::try_from(config).unwrap();
+        let pods: Api<Pod> = Api::namespaced(client, "default");
+
+        // exec: stdout, stderr and the Status with the exit code, for each kind.
+        for (pod, command, want_out, want_code) in [
+            (
+                "box",
+                vec!["sh", "-c", "echo out; echo err >&2; exit 7"],
+                "out\n",
+                "7",
+            ),
+            ("wasm", vec!["ticker", "check"], "ok\n", "3"),
+        ] {
+            step(&format!("exec in {pod}"));
+            let ap = AttachParams::default().stderr(true);
+            let mut p = tokio::time::timeout(within, pods.exec(pod, command, &ap))
+                .await
+                .unwrap_or_else(|_| panic!("exec in {pod}: no answer"))
+                .unwrap_or_else(|e| panic!("exec in {pod}: {e}"));
+            let mut stdout = p.stdout().unwrap();
+            let mut stderr = p.stderr().unwrap();
+            let status = p.take_status().unwrap();
+            let (mut out, mut err) = (String::new(), String::new());
+            let (a, b) = tokio::time::timeout(within, async {
+                tokio::join!(
+                    stdout.read_to_string(&mut out),
+                    stderr.read_to_string(&mut err)
+                )
+            })
+            .await
+            .unwrap_or_else(|_| panic!("exec in {pod}: the output did not end"));
+            a.unwrap();
+            b.unwrap();
+            step(&format!("exec in {pod}: output read"));
+            let status = tokio::time::timeout(within, status)
+                .await
+                .unwrap_or_else(|_| panic!("exec in {pod}: no status"))
+                .expect("a status");
+            assert_eq!(out, want_out, "{pod}");
+            if pod == "box" {
+                assert_eq!(err, "err\n");
+            }
+            assert_eq!(
+                status.status.as_deref(),
+                Some("Failure"),
+                "{pod}: {status:?}"
+            );
+            assert_eq!(status.reason.as_deref(), Some("NonZeroExitCode"));
+            let cause = &status.details.unwrap().causes.unwrap()[0];
+            assert_eq!(cause.message.as_deref(), Some(want_code), "{pod}");
+            let _ = tokio::time::timeout(within, p.join()).await;
+        }
+
+        // port-forward: a GET through the forwarded stream, for each kind.
+        for (pod, port, path, want) in [
+            ("box", box_port, "/", "hello-from-httpd\n"),
+            ("wasm-httpd", wasm_port, "/healthz", "ok\n"),
+        ] {
+            step(&format!("port-forward to {pod}"));
+            let mut pf = tokio::time::timeout(within, pods.portforward(pod, &[port]))
+                .await
+                .unwrap_or_else(|_| panic!("port-forward to {pod}: no answer"))
+                .unwrap_or_else(|e| panic!("port-forward to {pod}: {e}"));
+            let mut stream = pf.take_stream(port).unwrap();
+            stream
+                .write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut answer = String::new();
+            tokio::time::timeout(within, stream.read_to_string(&mut answer))
+                .await
+                .unwrap_or_else(|_| panic!("port-forward to {pod}: {answer:?} did not end"))
+                .unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200"), "{pod}: {answer:?}");
+            assert!(answer.ends_with(want), "{pod}: {answer:?}");
+            drop(stream);
+            let _ = tokio::time::timeout(within, pf.join()).await;
+        }
+    });
 }
