@@ -112,7 +112,7 @@ pub fn router(state: NodeApiState, guard: Arc<Guard>) -> Router {
             )
             .route(
                 "/exec/{namespace}/{pod}/{uid}/{container}",
-                get(streaming::exec_uid).post(streaming::exec_uid),
+                get(streaming::exec).post(streaming::exec),
             )
             .route(
                 "/attach/{namespace}/{pod}/{container}",
@@ -120,12 +120,12 @@ pub fn router(state: NodeApiState, guard: Arc<Guard>) -> Router {
             )
             .route(
                 "/attach/{namespace}/{pod}/{uid}/{container}",
-                get(streaming::attach_uid).post(streaming::attach_uid),
+                get(streaming::attach).post(streaming::attach),
             )
             .route("/run/{namespace}/{pod}/{container}", post(streaming::run))
             .route(
                 "/run/{namespace}/{pod}/{uid}/{container}",
-                post(streaming::run_uid),
+                post(streaming::run),
             )
             .route(
                 "/portForward/{namespace}/{pod}",
@@ -133,7 +133,7 @@ pub fn router(state: NodeApiState, guard: Arc<Guard>) -> Router {
             )
             .route(
                 "/portForward/{namespace}/{pod}/{uid}",
-                get(streaming::port_forward_uid).post(streaming::port_forward_uid),
+                get(streaming::port_forward).post(streaming::port_forward),
             );
         match state.system_logs.clone() {
             Some(l) => logs = super::node_logs::router(l),

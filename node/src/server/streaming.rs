@@ -159,30 +159,26 @@ fn runtime_error(e: &RuntimeError) -> Response {
     refusal(e).into_response()
 }
 
-/// `/exec/{namespace}/{pod}/{container}`.
-pub async fn exec(
-    State(state): State<NodeApiState>,
-    Path((namespace, pod, container)): Path<(String, String, String)>,
-    req: Request,
-) -> Response {
-    exec_in(state, namespace, pod, None, container, req).await
-}
-
-/// `/exec/{namespace}/{pod}/{uid}/{container}`.
-pub async fn exec_uid(
-    State(state): State<NodeApiState>,
-    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
-    req: Request,
-) -> Response {
-    exec_in(state, namespace, pod, Some(uid), container, req).await
-}
-
-async fn exec_in(
-    state: NodeApiState,
+/// The path parameters of a streaming request: the pod, the uid in the
+/// uid-qualified forms, the container but for port-forward.
+#[derive(Debug, serde::Deserialize)]
+pub struct StreamPath {
     namespace: String,
     pod: String,
     uid: Option<String>,
+    #[serde(default)]
     container: String,
+}
+
+/// `/exec/{namespace}/{pod}[/{uid}]/{container}`.
+pub async fn exec(
+    State(state): State<NodeApiState>,
+    Path(StreamPath {
+        namespace,
+        pod,
+        uid,
+        container,
+    }): Path<StreamPath>,
     req: Request,
 ) -> Response {
     let query = req.uri().query().unwrap_or_default().to_owned();
@@ -227,27 +223,12 @@ async fn exec_in(
 /// non-zero exit is a 500, as `RunInContainer` makes it an error.
 pub async fn run(
     State(state): State<NodeApiState>,
-    Path((namespace, pod, container)): Path<(String, String, String)>,
-    req: Request,
-) -> Response {
-    run_in(state, namespace, pod, None, container, req).await
-}
-
-/// `POST /run/{namespace}/{pod}/{uid}/{container}`.
-pub async fn run_uid(
-    State(state): State<NodeApiState>,
-    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
-    req: Request,
-) -> Response {
-    run_in(state, namespace, pod, Some(uid), container, req).await
-}
-
-async fn run_in(
-    state: NodeApiState,
-    namespace: String,
-    pod: String,
-    uid: Option<String>,
-    container: String,
+    Path(StreamPath {
+        namespace,
+        pod,
+        uid,
+        container,
+    }): Path<StreamPath>,
     req: Request,
 ) -> Response {
     let pod = match find_pod(&state, &namespace, &pod, uid.as_deref()) {
@@ -281,30 +262,15 @@ async fn run_in(
     }
 }
 
-/// `/attach/{namespace}/{pod}/{container}`.
+/// `/attach/{namespace}/{pod}[/{uid}]/{container}`.
 pub async fn attach(
     State(state): State<NodeApiState>,
-    Path((namespace, pod, container)): Path<(String, String, String)>,
-    req: Request,
-) -> Response {
-    attach_to(state, namespace, pod, None, container, req).await
-}
-
-/// `/attach/{namespace}/{pod}/{uid}/{container}`.
-pub async fn attach_uid(
-    State(state): State<NodeApiState>,
-    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
-    req: Request,
-) -> Response {
-    attach_to(state, namespace, pod, Some(uid), container, req).await
-}
-
-async fn attach_to(
-    state: NodeApiState,
-    namespace: String,
-    pod: String,
-    uid: Option<String>,
-    container: String,
+    Path(StreamPath {
+        namespace,
+        pod,
+        uid,
+        container,
+    }): Path<StreamPath>,
     req: Request,
 ) -> Response {
     let mut streams = match streams_of(req.uri().query().unwrap_or_default()) {
@@ -331,29 +297,15 @@ async fn attach_to(
     }
 }
 
-/// `/portForward/{namespace}/{pod}`.
+/// `/portForward/{namespace}/{pod}[/{uid}]`.
 pub async fn port_forward(
     State(state): State<NodeApiState>,
-    Path((namespace, pod)): Path<(String, String)>,
-    req: Request,
-) -> Response {
-    forward(state, namespace, pod, None, req).await
-}
-
-/// `/portForward/{namespace}/{pod}/{uid}`.
-pub async fn port_forward_uid(
-    State(state): State<NodeApiState>,
-    Path((namespace, pod, uid)): Path<(String, String, String)>,
-    req: Request,
-) -> Response {
-    forward(state, namespace, pod, Some(uid), req).await
-}
-
-async fn forward(
-    state: NodeApiState,
-    namespace: String,
-    pod: String,
-    uid: Option<String>,
+    Path(StreamPath {
+        namespace,
+        pod,
+        uid,
+        ..
+    }): Path<StreamPath>,
     req: Request,
 ) -> Response {
     let ports = match ports_of(

@@ -381,6 +381,22 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_wasm_pods() {
         assert_eq!((code, body.trim()), (want_code, want_body), "{path}");
     }
 
+    // The uid-qualified forms: the pod's uid, or 404.
+    let uid = c
+        .api
+        .get::<Pod>(Some("default"), "box")
+        .and_then(|p| p.metadata.uid)
+        .unwrap();
+    let (code, body) = get(
+        &format!("/exec/default/box/{uid}/main?output=1"),
+        "admin-token",
+    );
+    assert_eq!((code, body.trim()), (500, "Upgrade request required"));
+    let (code, body) = get("/exec/default/box/not-its-uid/main?output=1", "admin-token");
+    assert_eq!((code, body.trim()), (404, "pod not found"));
+    let (code, _) = get(&format!("/portForward/default/box/{uid}"), "admin-token");
+    assert_eq!(code, 500);
+
     // /run: the command to its end, its output answered; a non-zero exit a 500.
     let post = |path: &str| {
         node.api_post(path, NodeApiAuth::Token("admin-token"))
