@@ -84,6 +84,15 @@ fn refuse(router: Router<NodeApiState>, path: &str, message: &'static str) -> Ro
         .route(&format!("{path}/{{*rest}}"), axum::routing::any(answer))
 }
 
+impl axum::extract::FromRef<NodeApiState> for streaming::StreamingState {
+    fn from_ref(state: &NodeApiState) -> Self {
+        streaming::StreamingState {
+            statuses: state.base.statuses.clone(),
+            router: state.router.clone(),
+        }
+    }
+}
+
 /// The router, every route behind `guard`.
 pub fn router(state: NodeApiState, guard: Arc<Guard>) -> Router {
     let mut router = Router::new()

@@ -29,8 +29,17 @@ use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use wasmlet_runtime::{Error as RuntimeError, Runtime, SandboxState, Streams};
 
-use super::node_api::NodeApiState;
 use super::{portforward, remotecommand, text, websocket};
+use crate::router::RuntimeRouter;
+use crate::status::StatusStore;
+
+/// What the streaming endpoints read: the node's pods and the runtimes (taken from
+/// the node API's state by `FromRef`).
+#[derive(Clone)]
+pub struct StreamingState {
+    pub statuses: StatusStore,
+    pub router: RuntimeRouter,
+}
 
 /// The kubelet's `remotecommand.NewOptions`: `input`, `output`, `error` and `tty`
 /// are on when they are `1`; with a TTY stderr is merged into stdout.
@@ -92,12 +101,12 @@ impl IntoResponse for Refusal {
 
 /// The pod named so among the node's pods, checked against `uid` when given.
 fn find_pod(
-    state: &NodeApiState,
+    state: &StreamingState,
     namespace: &str,
     name: &str,
     uid: Option<&str>,
 ) -> Result<Pod, Refusal> {
-    let pod = state.base.statuses.pods().into_iter().find(|p| {
+    let pod = state.statuses.pods().into_iter().find(|p| {
         p.metadata.namespace.as_deref() == Some(namespace)
             && p.metadata.name.as_deref() == Some(name)
     });
@@ -112,7 +121,7 @@ fn find_pod(
 
 /// The running instance of `container` and the runtime that runs it.
 async fn running_container(
-    state: &NodeApiState,
+    state: &StreamingState,
     pod: &Pod,
     container: &str,
 ) -> Result<(Arc<dyn Runtime>, String), Refusal> {
@@ -172,7 +181,7 @@ pub struct StreamPath {
 
 /// `/exec/{namespace}/{pod}[/{uid}]/{container}`.
 pub async fn exec(
-    State(state): State<NodeApiState>,
+    State(state): State<StreamingState>,
     Path(StreamPath {
         namespace,
         pod,
@@ -222,7 +231,7 @@ pub async fn exec(
 /// command (split on spaces) run to its end and its stdout and stderr answered; a
 /// non-zero exit is a 500, as `RunInContainer` makes it an error.
 pub async fn run(
-    State(state): State<NodeApiState>,
+    State(state): State<StreamingState>,
     Path(StreamPath {
         namespace,
         pod,
@@ -264,7 +273,7 @@ pub async fn run(
 
 /// `/attach/{namespace}/{pod}[/{uid}]/{container}`.
 pub async fn attach(
-    State(state): State<NodeApiState>,
+    State(state): State<StreamingState>,
     Path(StreamPath {
         namespace,
         pod,
@@ -299,7 +308,7 @@ pub async fn attach(
 
 /// `/portForward/{namespace}/{pod}[/{uid}]`.
 pub async fn port_forward(
-    State(state): State<NodeApiState>,
+    State(state): State<StreamingState>,
     Path(StreamPath {
         namespace,
         pod,
