@@ -179,15 +179,20 @@ pub struct StreamPath {
     container: String,
 }
 
+/// The pod of `path` and its running container with the runtime that runs it.
+async fn container_of(
+    state: &StreamingState,
+    path: &StreamPath,
+) -> Result<(Pod, Arc<dyn Runtime>, String), Refusal> {
+    let pod = find_pod(state, &path.namespace, &path.pod, path.uid.as_deref())?;
+    let (runtime, id) = running_container(state, &pod, &path.container).await?;
+    Ok((pod, runtime, id))
+}
+
 /// `/exec/{namespace}/{pod}[/{uid}]/{container}`.
 pub async fn exec(
     State(state): State<StreamingState>,
-    Path(StreamPath {
-        namespace,
-        pod,
-        uid,
-        container,
-    }): Path<StreamPath>,
+    Path(path): Path<StreamPath>,
     req: Request,
 ) -> Response {
     let query = req.uri().query().unwrap_or_default().to_owned();
@@ -196,11 +201,7 @@ pub async fn exec(
         Err(e) => return text(StatusCode::BAD_REQUEST, e),
     };
     let command = values(&query, "command");
-    let pod = match find_pod(&state, &namespace, &pod, uid.as_deref()) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
-    };
-    let (runtime, id) = match running_container(&state, &pod, &container).await {
+    let (_, runtime, id) = match container_of(&state, &path).await {
         Ok(c) => c,
         Err(r) => return r.into_response(),
     };
@@ -232,24 +233,15 @@ pub async fn exec(
 /// non-zero exit is a 500, as `RunInContainer` makes it an error.
 pub async fn run(
     State(state): State<StreamingState>,
-    Path(StreamPath {
-        namespace,
-        pod,
-        uid,
-        container,
-    }): Path<StreamPath>,
+    Path(path): Path<StreamPath>,
     req: Request,
 ) -> Response {
-    let pod = match find_pod(&state, &namespace, &pod, uid.as_deref()) {
-        Ok(p) => p,
+    let (_, runtime, id) = match container_of(&state, &path).await {
+        Ok(c) => c,
         Err(r) => return r.into_response(),
     };
     let cmd = first(req.uri().query().unwrap_or_default(), "cmd").unwrap_or_default();
     let command: Vec<String> = cmd.split(' ').map(str::to_owned).collect();
-    let (runtime, id) = match running_container(&state, &pod, &container).await {
-        Ok(c) => c,
-        Err(r) => return r.into_response(),
-    };
     match runtime
         .exec_sync(&id, &command, std::time::Duration::ZERO)
         .await
@@ -274,32 +266,24 @@ pub async fn run(
 /// `/attach/{namespace}/{pod}[/{uid}]/{container}`.
 pub async fn attach(
     State(state): State<StreamingState>,
-    Path(StreamPath {
-        namespace,
-        pod,
-        uid,
-        container,
-    }): Path<StreamPath>,
+    Path(path): Path<StreamPath>,
     req: Request,
 ) -> Response {
     let mut streams = match streams_of(req.uri().query().unwrap_or_default()) {
         Ok(s) => s,
         Err(e) => return text(StatusCode::BAD_REQUEST, e),
     };
-    let pod = match find_pod(&state, &namespace, &pod, uid.as_deref()) {
-        Ok(p) => p,
+    let (pod, runtime, id) = match container_of(&state, &path).await {
+        Ok(c) => c,
         Err(r) => return r.into_response(),
     };
     // Whether the process has a TTY was decided when it started: the spec's, as the
     // kubelet's GetAttach takes it.
-    streams.tty = crate::pod::containers(&pod).any(|c| c.name == container && c.tty == Some(true));
+    streams.tty =
+        crate::pod::containers(&pod).any(|c| c.name == path.container && c.tty == Some(true));
     if streams.tty {
         streams.stderr = false;
     }
-    let (runtime, id) = match running_container(&state, &pod, &container).await {
-        Ok(c) => c,
-        Err(r) => return r.into_response(),
-    };
     match runtime.attach(&id, streams).await {
         Ok(url) => proxy_stream(req, &url).await,
         Err(e) => runtime_error(&e),

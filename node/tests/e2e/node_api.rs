@@ -396,7 +396,7 @@ fn kubectl_logs_reads_a_wasm_pods_log_through_the_api_server() {
 }
 
 /// An API pod from YAML-ish JSON: one container `main` of `image` running `command`.
-fn command_pod(name: &str, image: &str, command: &[&str], restart_policy: &str) -> Pod {
+pub(crate) fn command_pod(name: &str, image: &str, command: &[&str], restart_policy: &str) -> Pod {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",

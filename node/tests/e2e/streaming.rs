@@ -49,24 +49,13 @@ fn run(cmd: &mut Command, stdin: &str) -> (Option<i32>, String, String) {
     )
 }
 
+/// A busybox pod running `script` (the node API tests' `command_pod`), its container
+/// with `stdin` open or not.
 fn busybox_pod(name: &str, script: &str, stdin: bool) -> Pod {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": { "name": name, "namespace": "default" },
-        "spec": {
-            "nodeName": NODE,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main",
-                "image": BUSYBOX_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["sh", "-c", script],
-                "stdin": stdin,
-            }],
-        },
-    }))
-    .unwrap()
+    let mut pod =
+        crate::node_api::command_pod(name, BUSYBOX_IMAGE, &["sh", "-c", script], "Always");
+    pod.spec.as_mut().unwrap().containers[0].stdin = Some(stdin);
+    pod
 }
 
 fn running(c: &Cluster, name: &str) {
