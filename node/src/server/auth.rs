@@ -375,17 +375,7 @@ pub const WEBSOCKET_TOKEN_PREFIX: &str = "base64url.bearer.authorization.k8s.io.
 /// subprotocols (what the header must say once the token is accepted, so that it
 /// never reaches the runtime).
 pub(crate) fn websocket_token(headers: &HeaderMap) -> Result<Option<(String, String)>, String> {
-    let upgrade = headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    let connection = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
-    if !(upgrade && connection) {
+    if !super::is_websocket(headers) {
         return Ok(None);
     }
     let mut token = None;

@@ -134,14 +134,7 @@ impl LogOptions {
     /// Options from a raw query string (`tailLines=10&follow=true`), decoded as Go's
     /// `URL.Query()` does (a pair with a bad escape or a `;` is dropped).
     pub fn from_query(query: &str, now: Timestamp) -> Result<LogOptions, OptionsError> {
-        let pairs = query
-            .split('&')
-            .filter(|pair| !pair.is_empty() && !pair.contains(';'))
-            .filter_map(|pair| {
-                let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-                Some((unescape(key)?, unescape(value)?))
-            });
-        LogOptions::from_pairs(pairs, now)
+        LogOptions::from_pairs(query_pairs(query), now)
     }
 
     /// Options from decoded query pairs (axum's `Query<Vec<(String, String)>>`); the
@@ -276,6 +269,18 @@ impl LogOptions {
 }
 
 /// Go's `QueryUnescape`: `+` is a space, `%XX` a byte; `None` for a bad escape.
+/// A raw query's pairs, decoded as Go's `URL.Query()` does: `+` is a space, `%XX` a
+/// byte, and a pair with a bad escape or a `;` is dropped.
+pub(crate) fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty() && !pair.contains(';'))
+        .filter_map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            Some((unescape(key)?, unescape(value)?))
+        })
+}
+
 fn unescape(s: &str) -> Option<String> {
     fn hex(b: u8) -> Option<u8> {
         (b as char).to_digit(16).map(|d| d as u8)

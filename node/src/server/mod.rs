@@ -121,6 +121,28 @@ pub(crate) fn text(code: StatusCode, body: impl Into<String>) -> Response {
         .into_response()
 }
 
+/// Whether the request asks to switch protocols: `Connection` has the `upgrade`
+/// token and `Upgrade` names a protocol.
+pub(crate) fn is_upgrade(headers: &axum::http::HeaderMap) -> bool {
+    use axum::http::header;
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        && headers.contains_key(header::UPGRADE)
+}
+
+/// `wsstream.IsWebSocketRequest`: an upgrade whose `Upgrade` is `websocket`.
+pub(crate) fn is_websocket(headers: &axum::http::HeaderMap) -> bool {
+    is_upgrade(headers)
+        && headers
+            .get(axum::http::header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+}
+
 /// The body of Go's `http.NotFound`.
 pub(crate) const NOT_FOUND_TEXT: &str = "404 page not found\n";
 

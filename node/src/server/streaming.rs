@@ -58,36 +58,16 @@ pub fn streams_of(query: &str) -> Result<Streams, String> {
     Ok(streams)
 }
 
-/// Every value of `key` in the query, decoded as Go's `url.ParseQuery` does.
+/// Every value of `key` in the query, decoded as Go's `URL.Query()` does.
 pub fn values(query: &str, key: &str) -> Vec<String> {
-    query
-        .split('&')
-        .filter_map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            (decode(k)? == key).then(|| decode(v)).flatten()
-        })
+    super::logs::query_pairs(query)
+        .filter(|(k, _)| k == key)
+        .map(|(_, v)| v)
         .collect()
 }
 
 fn first(query: &str, key: &str) -> Option<String> {
     values(query, key).into_iter().next()
-}
-
-/// `+` is a space, `%XX` a byte; `None` for a bad escape or bytes that are not UTF-8.
-fn decode(s: &str) -> Option<String> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut bytes = s.bytes();
-    while let Some(b) = bytes.next() {
-        match b {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = [bytes.next()?, bytes.next()?];
-                out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
-            }
-            b => out.push(b),
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// Why a stream cannot be set up: the status and the text the client gets.
@@ -387,17 +367,6 @@ pub fn ports_of(query: &str, websocket: bool) -> Result<Vec<u16>, String> {
     Ok(ports)
 }
 
-/// Whether the request asks to switch protocols (`Connection: upgrade`).
-fn is_upgrade(req: &Request) -> bool {
-    req.headers()
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-        && req.headers().contains_key(header::UPGRADE)
-}
-
 fn proxy_error(message: impl std::fmt::Display) -> Response {
     text(StatusCode::INTERNAL_SERVER_ERROR, format!("{message}\n"))
 }
@@ -406,7 +375,7 @@ fn proxy_error(message: impl std::fmt::Display) -> Response {
 /// answers with the runtime's response, and once both sides have switched protocols
 /// relays bytes both ways until either closes.
 pub async fn proxy_stream(mut req: Request, location: &str) -> Response {
-    if !is_upgrade(&req) {
+    if !super::is_upgrade(req.headers()) {
         return proxy_error("Upgrade request required");
     }
     let location: Uri = match location.parse() {

@@ -35,18 +35,9 @@ const ERROR: u8 = 3;
 /// The upgraded connection.
 pub type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
-/// Whether the request asks for a WebSocket (`Connection: upgrade`, `Upgrade:
-/// websocket`).
+/// Whether the request asks for a WebSocket ([`super::is_websocket`]).
 pub fn is_websocket(req: &Request) -> bool {
-    let has = |name: header::HeaderName, want: &str| {
-        req.headers()
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(want))
-    };
-    has(header::CONNECTION, "upgrade") && has(header::UPGRADE, "websocket")
+    super::is_websocket(req.headers())
 }
 
 /// The first sub-protocol the client offers (in its order, across its
