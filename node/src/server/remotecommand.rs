@@ -11,8 +11,8 @@
 //! when it ends, not as it is written (the Wasm sandbox buffers an exec's output);
 //! its exit code reaches kubectl as the kubelet sends it: a `metav1.Status` on the
 //! error stream (`NonZeroExitCode` with an `ExitCode` cause). stdin is not offered:
-//! an exec that asks for it ends with a Status saying so. WebSocket clients get a 400
-//! here (not built yet).
+//! an exec that asks for it ends with a Status saying so. WebSocket clients are served
+//! by [`super::websocket`] before they get here.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,7 +92,7 @@ where
     if !is_spdy_upgrade(&req) {
         return text(
             StatusCode::BAD_REQUEST,
-            "unable to upgrade: missing upgrade headers in request (this node serves SPDY/3.1 for Wasm pods; WebSocket is not built yet)",
+            "unable to upgrade: missing upgrade headers in request (SPDY/3.1 or WebSocket)",
         );
     }
     let on_upgrade = hyper::upgrade::on(&mut req);
