@@ -189,7 +189,11 @@ impl StatusManager {
                 Ok(())
             }
             // Gone, or replaced by another pod of the same name: nothing to write.
-            Err(e) if is_not_found(&e) || super::is_conflict(&e) => Ok(()),
+            // Remembered as sent, so the passes that changes wake do not ask again.
+            Err(e) if is_not_found(&e) || super::is_conflict(&e) => {
+                self.sent.insert(uid, status);
+                Ok(())
+            }
             Err(e) if is_permanent(&e) => {
                 tracing::warn!(pod = %full_name(pod), "the API server refuses the pod's status; not retrying it: {e}");
                 self.sent.insert(uid, status);
@@ -272,10 +276,18 @@ impl StatusManager {
         }
     }
 
+    /// Writes changes as they come and, every [`SYNC_PERIOD`] whatever else happens,
+    /// reconciles with the API's copies. The reconcile deadline survives the passes
+    /// that changes wake, so a steady stream of changes cannot starve it.
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut failing = false;
-        let mut reconcile = true;
+        let mut next_reconcile = tokio::time::Instant::now();
         loop {
+            let now = tokio::time::Instant::now();
+            let reconcile = now >= next_reconcile;
+            if reconcile {
+                next_reconcile = now + SYNC_PERIOD;
+            }
             match self.sync(reconcile).await {
                 Ok(()) => {
                     if failing {
@@ -290,20 +302,19 @@ impl StatusManager {
                     failing = true;
                 }
             }
-            let retry = if failing || !self.pending.is_empty() {
-                Duration::from_secs(1)
+            let wake = if failing || !self.pending.is_empty() {
+                next_reconcile.min(tokio::time::Instant::now() + Duration::from_secs(1))
             } else {
-                SYNC_PERIOD
+                next_reconcile
             };
-            reconcile = tokio::select! {
+            tokio::select! {
                 () = cancel.cancelled() => return,
                 () = self.statuses.changed() => {
                     // Coalesce a burst of changes into one pass.
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    false
                 }
-                () = tokio::time::sleep(retry) => true,
-            };
+                () = tokio::time::sleep_until(wake) => {}
+            }
         }
     }
 }

@@ -356,7 +356,23 @@ async fn a_status_the_api_changed_is_written_again_and_a_recreated_pod_is_left_a
     let mut marked: Pod = api.get(Some("default"), "a").unwrap();
     marked.status.as_mut().unwrap().conditions = Some(vec![ready("False")]);
     api.replace(&marked).unwrap();
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    // Meanwhile another pod's status changes every two seconds: the passes those
+    // changes wake must not keep pushing the periodic one away.
+    let mut other = pod.clone();
+    other.metadata.uid = Some("other-uid".into());
+    other.metadata.name = Some("other".into());
+    other.metadata.annotations = None; // a static pod without a mirror: nothing to write
+    for i in 0..6 {
+        statuses.set(
+            other.clone(),
+            PodStatus {
+                phase: Some("Running".into()),
+                message: Some(format!("change {i}")),
+                ..Default::default()
+            },
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
     assert_eq!(
         ready_in_api(&api).as_deref(),
         Some("True"),
