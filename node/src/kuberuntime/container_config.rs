@@ -239,6 +239,7 @@ impl PodSyncer {
             devices: Vec::new(),
             security: podspec::container_security(&spec, c),
             stdin: c.stdin.unwrap_or(false),
+            stdin_once: c.stdin_once.unwrap_or(false),
             tty: c.tty.unwrap_or(false),
         })
     }

@@ -18,7 +18,8 @@ use tokio::sync::broadcast;
 use wasmlet_runtime::{
     Capabilities, Container, ContainerConfig, ContainerFsUsage, ContainerResources,
     ContainerStatus, ExecResult, FilesystemUsage, Image, PodSandbox, PodSandboxConfig,
-    PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion, Streams,
+    PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion, StdioSession,
+    Streams,
 };
 
 use crate::metrics::NodeMetrics;
@@ -190,6 +191,21 @@ impl Runtime for InstrumentedRuntime {
 
     async fn attach(&self, container_id: &str, streams: Streams) -> Result<String> {
         let call = self.inner.attach(container_id, streams);
+        self.record("attach", call).await
+    }
+
+    async fn exec_stdio(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        streams: Streams,
+    ) -> Result<StdioSession> {
+        let call = self.inner.exec_stdio(container_id, cmd, streams);
+        self.record("exec", call).await
+    }
+
+    async fn attach_stdio(&self, container_id: &str, streams: Streams) -> Result<StdioSession> {
+        let call = self.inner.attach_stdio(container_id, streams);
         self.record("attach", call).await
     }
 

@@ -10,9 +10,11 @@
 
 pub mod error;
 pub mod reference;
+pub mod stdio;
 pub mod types;
 
 pub use error::{BoxError, Error, Result};
+pub use stdio::StdioSession;
 pub use types::*;
 
 use std::time::Duration;
@@ -182,6 +184,34 @@ pub trait Runtime: Send + Sync + 'static {
         Err(Error::Unsupported {
             runtime: self.name().to_owned(),
             operation: "port_forward",
+        })
+    }
+
+    /// Starts `cmd` in a running container with its stdio connected to the returned
+    /// session, for a runtime that serves streams itself rather than through a
+    /// streaming server (the Wasm runtime): the node speaks the client's protocol and
+    /// relays. Dropping the session ends the command.
+    async fn exec_stdio(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        streams: Streams,
+    ) -> Result<StdioSession> {
+        let _ = (container_id, cmd, streams);
+        Err(Error::Unsupported {
+            runtime: self.name().to_owned(),
+            operation: "exec_stdio",
+        })
+    }
+
+    /// As [`Self::exec_stdio`], connected to the running container's own stdio: its
+    /// output from now on, and its stdin when the container keeps one open. The
+    /// session's exit is the container's. Dropping the session detaches.
+    async fn attach_stdio(&self, container_id: &str, streams: Streams) -> Result<StdioSession> {
+        let _ = (container_id, streams);
+        Err(Error::Unsupported {
+            runtime: self.name().to_owned(),
+            operation: "attach_stdio",
         })
     }
 

@@ -215,7 +215,11 @@ pub struct ContainerConfig {
     pub resources: ContainerResources,
     pub devices: Vec<Device>,
     pub security: ContainerSecurity,
+    /// The container's stdin stays open for attach (`stdin` in the PodSpec).
     pub stdin: bool,
+    /// Its stdin closes when the first attached client closes its own (`stdinOnce`).
+    #[serde(default)]
+    pub stdin_once: bool,
     pub tty: bool,
 }
 

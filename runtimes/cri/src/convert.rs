@@ -289,8 +289,7 @@ pub(crate) fn container_config(
         annotations: to_map(&c.annotations),
         log_path: path_str("log path", &c.log_path)?.to_owned(),
         stdin: c.stdin,
-        // The kubelet keeps stdin open for every attach when stdin is set.
-        stdin_once: false,
+        stdin_once: c.stdin_once,
         tty: c.tty,
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(linux_resources(&c.resources)),
@@ -893,6 +892,7 @@ mod tests {
                 readonly_paths: vec!["/proc/sys".into()],
             },
             stdin: true,
+            stdin_once: true,
             tty: true,
         };
         let mut sandbox = pod();
@@ -926,7 +926,7 @@ mod tests {
         assert_eq!(got.log_path, "app/3.log");
         assert_eq!(got.labels["l"], "1");
         assert_eq!(got.annotations["n"], "2");
-        assert!(got.stdin && got.tty);
+        assert!(got.stdin && got.stdin_once && got.tty);
         assert_eq!(
             got.devices,
             [

@@ -87,6 +87,19 @@ pub struct ContainerSpec {
     pub log_path: PathBuf,
     /// Cap on the container's linear memories, in bytes.
     pub memory_limit_bytes: Option<u64>,
+    /// The names an exec's `command[0]` may give this program (see
+    /// `sandbox::program_names`); empty: those of `argv[0]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub program_names: Vec<String>,
+    /// The guest's stdin stays open for attached clients (else it reads end of file).
+    #[serde(default)]
+    pub stdin: bool,
+    /// The guest's stdin closes when the first attached client that wrote to it leaves.
+    #[serde(default)]
+    pub stdin_once: bool,
+    /// The guest's stdio report themselves as a terminal.
+    #[serde(default)]
+    pub tty: bool,
 }
 
 /// A host directory the guest may open at a path of its own.
@@ -95,6 +108,104 @@ pub struct Preopen {
     pub host_path: PathBuf,
     pub guest_path: String,
     pub readonly: bool,
+}
+
+/// The first line a node writes on a connection to the sandbox's *stream* socket: an
+/// interactive exec, or an attach to a running container's own stdio. The sandbox
+/// answers with one [`StreamReply`] line; after an accepted one, both sides speak
+/// [`frame`]s until the process ends (the sandbox sends [`frame::EXIT`] or
+/// [`frame::ERROR`] and closes) or the node closes the connection, which ends an exec
+/// and detaches an attach.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StreamRequest {
+    pub container_id: String,
+    #[serde(flatten)]
+    pub kind: StreamKind,
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    /// stderr's bytes go out as stdout's, as on a terminal.
+    pub tty: bool,
+}
+
+/// What a stream connection is for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "stream", rename_all = "snake_case")]
+pub enum StreamKind {
+    /// A new instance of the container's program with `argv`, as [`Op::Exec`].
+    Exec { argv: Vec<String> },
+    /// The running container's own stdio.
+    Attach,
+}
+
+/// The sandbox's answer to a [`StreamRequest`]: accepted, or why not.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamReply {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<ErrorKind>,
+}
+
+/// The binary frames of a stream connection: a tag byte, the payload's length as a
+/// big-endian `u32`, the payload.
+pub mod frame {
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+    /// Node to sandbox: bytes for the process's stdin.
+    pub const STDIN: u8 = 0;
+    /// Sandbox to node: the process's stdout.
+    pub const STDOUT: u8 = 1;
+    /// Sandbox to node: the process's stderr.
+    pub const STDERR: u8 = 2;
+    /// Sandbox to node, last: the process ended; the payload is its [`super::Exit`]
+    /// as JSON.
+    pub const EXIT: u8 = 3;
+    /// Node to sandbox: the client closed its stdin (empty payload).
+    pub const STDIN_CLOSED: u8 = 4;
+    /// Sandbox to node, last: the session ended without an exit (the payload says why).
+    pub const ERROR: u8 = 5;
+
+    /// The largest payload either side sends or accepts.
+    pub const MAX_PAYLOAD: usize = 1 << 20;
+
+    pub async fn write<W: AsyncWrite + Unpin>(
+        w: &mut W,
+        tag: u8,
+        payload: &[u8],
+    ) -> std::io::Result<()> {
+        for chunk in payload
+            .chunks(MAX_PAYLOAD)
+            .chain(payload.is_empty().then_some(&[][..]))
+        {
+            let mut head = [0u8; 5];
+            head[0] = tag;
+            head[1..].copy_from_slice(&(chunk.len() as u32).to_be_bytes());
+            w.write_all(&head).await?;
+            w.write_all(chunk).await?;
+        }
+        w.flush().await
+    }
+
+    /// The next frame; `None` at a clean end of the connection.
+    pub async fn read<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Option<(u8, Vec<u8>)>> {
+        let mut head = [0u8; 5];
+        match r.read_exact(&mut head).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        if len > MAX_PAYLOAD {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a stream frame of {len} bytes is over the {MAX_PAYLOAD}-byte limit"),
+            ));
+        }
+        let mut payload = vec![0u8; len];
+        r.read_exact(&mut payload).await?;
+        Ok(Some((head[0], payload)))
+    }
 }
 
 /// What the sandbox says.
@@ -231,6 +342,61 @@ mod tests {
         let line = serde_json::to_string(&request).unwrap();
         assert_eq!(line, r#"{"id":3,"op":"reopen_log","container_id":"c1"}"#);
         assert_eq!(serde_json::from_str::<Request>(&line).unwrap(), request);
+    }
+
+    #[test]
+    fn a_stream_request_names_its_kind() {
+        let request = StreamRequest {
+            container_id: "c1".into(),
+            kind: StreamKind::Exec {
+                argv: vec!["ticker".into(), "cat".into()],
+            },
+            stdin: true,
+            stdout: true,
+            stderr: false,
+            tty: false,
+        };
+        let line = serde_json::to_string(&request).unwrap();
+        assert_eq!(
+            line,
+            r#"{"container_id":"c1","stream":"exec","argv":["ticker","cat"],"stdin":true,"stdout":true,"stderr":false,"tty":false}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<StreamRequest>(&line).unwrap(),
+            request
+        );
+    }
+
+    #[tokio::test]
+    async fn frames_round_trip_and_a_big_payload_is_cut_into_several() {
+        let mut buf = Vec::new();
+        frame::write(&mut buf, frame::STDOUT, b"hello")
+            .await
+            .unwrap();
+        frame::write(&mut buf, frame::STDIN_CLOSED, b"")
+            .await
+            .unwrap();
+        let big = vec![7u8; frame::MAX_PAYLOAD + 3];
+        frame::write(&mut buf, frame::STDERR, &big).await.unwrap();
+        let mut r = &buf[..];
+        assert_eq!(
+            frame::read(&mut r).await.unwrap(),
+            Some((frame::STDOUT, b"hello".to_vec()))
+        );
+        assert_eq!(
+            frame::read(&mut r).await.unwrap(),
+            Some((frame::STDIN_CLOSED, Vec::new()))
+        );
+        let (tag, first) = frame::read(&mut r).await.unwrap().unwrap();
+        assert_eq!((tag, first.len()), (frame::STDERR, frame::MAX_PAYLOAD));
+        assert_eq!(
+            frame::read(&mut r).await.unwrap(),
+            Some((frame::STDERR, vec![7u8; 3]))
+        );
+        assert_eq!(frame::read(&mut r).await.unwrap(), None, "a clean end");
+        let mut over = vec![frame::STDOUT];
+        over.extend_from_slice(&((frame::MAX_PAYLOAD as u32) + 1).to_be_bytes());
+        assert!(frame::read(&mut &over[..]).await.is_err(), "over the limit");
     }
 
     #[test]

@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::Command;
@@ -38,14 +38,14 @@ use wasmlet_runtime::{
     Capabilities, Container, ContainerConfig, ContainerEventKind, ContainerFsUsage,
     ContainerResources, ContainerState, ContainerStatus, Error, ExecResult, FilesystemUsage, Image,
     ImageKind, PodSandbox, PodSandboxConfig, PodSandboxStatus, Result, Runtime, RuntimeEvent,
-    RuntimeStatus, RuntimeVersion, SandboxState,
+    RuntimeStatus, RuntimeVersion, SandboxState, StdioSession, Streams,
 };
 
 use crate::cgroup::{self, PodCgroup};
 use crate::image::{ImageError, ImageStore, StoredImage};
 use crate::protocol::{
     ContainerReport, ContainerSpec, ErrorKind, ExecOutput, Exit, KILLED_EXIT_CODE, Message, Op,
-    Preopen, ReportState, Request,
+    Preopen, ReportState, Request, StreamKind, StreamReply, StreamRequest, frame,
 };
 
 /// The RuntimeClass handler name that selects this runtime.
@@ -296,6 +296,90 @@ impl WasmRuntime {
                 },
             );
         }
+    }
+
+    /// Opens a stream connection to the sandbox of running container `container_id`
+    /// for `kind` (see [`crate::sandbox`]'s stream socket) and gives its stdio as a
+    /// session. The connection's tasks end with the session: dropping it closes the
+    /// connection, which ends an exec and detaches an attach.
+    async fn open_stdio(
+        &self,
+        container_id: &str,
+        kind: StreamKind,
+        streams: Streams,
+    ) -> Result<StdioSession> {
+        let c = self.container(container_id)?;
+        if c.state != ContainerState::Running {
+            return Err(Error::FailedPrecondition(format!(
+                "container {container_id} is not running ({:?})",
+                c.state
+            )));
+        }
+        let sandbox = self.sandbox(&c.sandbox_id)?;
+        let path = sandbox.dir.join(STREAM_SOCKET);
+        let conn = UnixStream::connect(&path).await.map_err(|e| {
+            Error::unavailable_from(
+                format_args!(
+                    "sandbox {}: its stream socket {} (a sandbox started by an older node has none)",
+                    sandbox.id,
+                    path.display()
+                ),
+                e,
+            )
+        })?;
+        let (read, mut write) = conn.into_split();
+        let request = StreamRequest {
+            container_id: container_id.to_owned(),
+            kind,
+            stdin: streams.stdin,
+            stdout: streams.stdout,
+            stderr: streams.stderr && !streams.tty,
+            tty: streams.tty,
+        };
+        let mut line = serde_json::to_vec(&request).expect("requests serialize");
+        line.push(b'\n');
+        let mut read = BufReader::new(read);
+        let answered = async {
+            write.write_all(&line).await?;
+            let mut reply = String::new();
+            read.read_line(&mut reply).await?;
+            Ok::<_, std::io::Error>(reply)
+        };
+        let reply = match tokio::time::timeout(REQUEST_TIMEOUT, answered).await {
+            Ok(Ok(reply)) if !reply.is_empty() => reply,
+            Ok(Ok(_)) => {
+                return Err(Error::Unavailable {
+                    message: format!("sandbox {} closed the stream before answering", sandbox.id),
+                    source: None,
+                });
+            }
+            Ok(Err(e)) => {
+                return Err(Error::unavailable_from(
+                    format_args!("sandbox {}", sandbox.id),
+                    e,
+                ));
+            }
+            Err(_) => {
+                return Err(Error::Timeout {
+                    operation: "opening a stream",
+                    after: REQUEST_TIMEOUT,
+                });
+            }
+        };
+        let reply: StreamReply = serde_json::from_str(&reply).map_err(|e| {
+            Error::internal(format!(
+                "sandbox {}: a malformed stream reply: {e}",
+                sandbox.id
+            ))
+        })?;
+        if let Some(message) = reply.error {
+            return Err(Refused {
+                kind: reply.error_kind,
+                message,
+            }
+            .into_error());
+        }
+        Ok(stdio_session(read, write, request))
     }
 
     /// Sends `op` and waits up to `timeout` for the answer; an error reply is an error.
@@ -587,7 +671,29 @@ impl WasmRuntime {
         {
             env.push(("PWD".into(), dir.clone()));
         }
+        // What an exec may call the program: what it runs as, the image's entrypoint,
+        // and the image's name (`ticker` for `example.com/wasm/ticker:1.0`), the one
+        // program a Wasm image holds.
+        let mut program_names = crate::sandbox::program_names(&argv[0]);
+        let image_name = wasmlet_runtime::reference::repository(&config.image)
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        for name in image
+            .entrypoint
+            .first()
+            .map(|e| crate::sandbox::program_names(e))
+            .unwrap_or_default()
+            .into_iter()
+            .chain([image_name])
+        {
+            if !name.is_empty() && !program_names.contains(&name) {
+                program_names.push(name);
+            }
+        }
         ContainerSpec {
+            program_names,
             name: config.metadata.name.clone(),
             wasm_path: self.inner.images.blob_path(&image.wasm_digest),
             wasm_digest: image.wasm_digest.clone(),
@@ -605,6 +711,9 @@ impl WasmRuntime {
                 .collect(),
             log_path: sandbox.log_directory.join(&config.log_path),
             memory_limit_bytes: config.resources.memory_limit_bytes,
+            stdin: config.stdin,
+            stdin_once: config.stdin_once,
+            tty: config.tty,
         }
     }
 }
@@ -700,7 +809,7 @@ impl Runtime for WasmRuntime {
             image_user: false,
             container_id_scheme: Some("wasm".into()),
             exec: true,
-            attach: false,
+            attach: true,
             port_forward: false,
             stats: false,
         }
@@ -764,6 +873,8 @@ impl Runtime for WasmRuntime {
             .arg(&config.metadata.uid)
             .arg("--socket")
             .arg(&socket)
+            .arg("--stream-socket")
+            .arg(dir.join(STREAM_SOCKET))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -1284,8 +1395,142 @@ impl Runtime for WasmRuntime {
         }
     }
 
+    /// An interactive exec: a new instance of the container's program, as
+    /// [`Self::exec_sync`] runs it, with its stdio live on the session.
+    async fn exec_stdio(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        streams: Streams,
+    ) -> Result<StdioSession> {
+        if cmd.is_empty() {
+            return Err(Error::InvalidArgument("an exec needs a command".into()));
+        }
+        let kind = StreamKind::Exec { argv: cmd.to_vec() };
+        self.open_stdio(container_id, kind, streams).await
+    }
+
+    async fn attach_stdio(&self, container_id: &str, streams: Streams) -> Result<StdioSession> {
+        self.open_stdio(container_id, StreamKind::Attach, streams)
+            .await
+    }
+
     fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent> {
         self.inner.events.subscribe()
+    }
+}
+
+/// The name of a sandbox's stream socket in its directory.
+const STREAM_SOCKET: &str = "stream.sock";
+
+/// The node's side of an accepted stream connection: pipes for the session's streams,
+/// one task writing the client's stdin as frames and one reading the sandbox's frames
+/// into the output pipes, both aborted when the session is dropped.
+fn stdio_session(
+    mut read: BufReader<OwnedReadHalf>,
+    mut write: OwnedWriteHalf,
+    request: StreamRequest,
+) -> StdioSession {
+    const PIPE: usize = 64 * 1024;
+    let (stdin, from_client) = if request.stdin {
+        let (from_client, to_sandbox) = tokio::io::duplex(PIPE);
+        (
+            Some(Box::new(to_sandbox) as Box<dyn tokio::io::AsyncWrite + Send + Unpin>),
+            Some(from_client),
+        )
+    } else {
+        (None, None)
+    };
+    let writer = tokio::spawn(async move {
+        if let Some(mut from_client) = from_client {
+            let mut buf = vec![0u8; 32 * 1024];
+            loop {
+                match from_client.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if frame::write(&mut write, frame::STDIN, &buf[..n])
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                }
+            }
+            let _ = frame::write(&mut write, frame::STDIN_CLOSED, &[]).await;
+        }
+        // The connection stays open until the session is dropped: its end would end
+        // the exec.
+        std::future::pending::<()>().await;
+        drop(write);
+    });
+    let (stdout, mut stdout_w) = if request.stdout {
+        let (r, w) = tokio::io::duplex(PIPE);
+        (Some(r), Some(w))
+    } else {
+        (None, None)
+    };
+    let (stderr, mut stderr_w) = if request.stderr {
+        let (r, w) = tokio::io::duplex(PIPE);
+        (Some(r), Some(w))
+    } else {
+        (None, None)
+    };
+    let (exit_tx, exit_rx) = oneshot::channel::<Result<i32>>();
+    let reader = tokio::spawn(async move {
+        let outcome = loop {
+            let (tag, payload) = match frame::read(&mut read).await {
+                Ok(Some(f)) => f,
+                Ok(None) => {
+                    break Err(Error::internal(
+                        "the sandbox closed the stream before the process ended",
+                    ));
+                }
+                Err(e) => break Err(Error::internal_from("reading the sandbox's stream", e)),
+            };
+            let pipe = match tag {
+                frame::STDOUT => &mut stdout_w,
+                frame::STDERR => &mut stderr_w,
+                frame::EXIT => {
+                    break serde_json::from_slice::<Exit>(&payload)
+                        .map(|exit| exit.code)
+                        .map_err(|e| {
+                            Error::internal(format!("a malformed exit from the sandbox: {e}"))
+                        });
+                }
+                frame::ERROR => {
+                    break Err(Error::FailedPrecondition(
+                        String::from_utf8_lossy(&payload).into_owned(),
+                    ));
+                }
+                _ => continue,
+            };
+            // A reader that went away no longer wants the stream.
+            if let Some(w) = pipe.as_mut()
+                && w.write_all(&payload).await.is_err()
+            {
+                *pipe = None;
+            }
+        };
+        // The output ends before the exit is told.
+        for mut w in [stdout_w, stderr_w].into_iter().flatten() {
+            let _ = w.shutdown().await;
+        }
+        let _ = exit_tx.send(outcome);
+    });
+    let guards = [reader, writer].map(tokio_util::task::AbortOnDropHandle::new);
+    StdioSession {
+        stdin,
+        stdout: stdout.map(|r| Box::new(r) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        stderr: stderr.map(|r| Box::new(r) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        exit: Box::pin(async move {
+            let _guards = guards;
+            exit_rx.await.unwrap_or_else(|_| {
+                Err(Error::internal(
+                    "the stream's reader ended without an outcome",
+                ))
+            })
+        }),
     }
 }
 

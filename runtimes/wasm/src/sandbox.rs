@@ -45,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 use wasmtime::component::ResourceTable;
 use wasmtime::error::Context as _;
 use wasmtime::{Engine, ResourceLimiter, Store};
+use wasmtime_wasi::cli::AsyncStdinStream;
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -55,7 +56,9 @@ use crate::protocol::{
     ContainerReport, ContainerSpec, EXEC_OUTPUT_LIMIT, ErrorKind, ExecOutput, Exit,
     KILLED_EXIT_CODE, Message, Op, ReportState, Request, TRAP_EXIT_CODE,
 };
-use crate::stdio::{Capture, GuestOutput};
+use crate::stdio::{AttachHub, Capture, GuestOutput, Terminal};
+
+mod stream;
 
 /// How often the engine's epoch advances; the granularity of cancellation.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -78,6 +81,7 @@ pub const STOP_FUNCTION: &str = "requested";
 pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
     let mut cache_dir = None;
     let mut socket = None;
+    let mut stream_socket = None;
     let mut pod_uid = String::new();
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -85,6 +89,7 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
             "--cache-dir" => cache_dir = args.next().map(PathBuf::from),
             "--pod-uid" => pod_uid = args.next().unwrap_or_default(),
             "--socket" => socket = args.next().map(PathBuf::from),
+            "--stream-socket" => stream_socket = args.next().map(PathBuf::from),
             other => {
                 eprintln!("wasmlet sandbox: unknown argument {other:?}");
                 return ExitCode::from(2);
@@ -110,7 +115,7 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(serve(cache_dir, socket)) {
+    match rt.block_on(serve(cache_dir, socket, stream_socket)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("wasmlet sandbox for pod {pod_uid}: {e:#}");
@@ -149,6 +154,8 @@ enum Slot {
         memory: Arc<MemoryCap>,
         /// Its log file, which a rotation reopens.
         log: CriLog,
+        /// Its attached clients and its stdin.
+        attached: Arc<AttachHub>,
     },
     Exited {
         started_at: Timestamp,
@@ -193,7 +200,11 @@ fn refuse(kind: ErrorKind, message: impl Into<String>) -> wasmtime::Error {
     })
 }
 
-async fn serve(cache_dir: PathBuf, socket: PathBuf) -> wasmtime::Result<()> {
+async fn serve(
+    cache_dir: PathBuf,
+    socket: PathBuf,
+    stream_socket: Option<PathBuf>,
+) -> wasmtime::Result<()> {
     let engine = engine::new_engine()?;
     let mut module = wasmtime::Linker::new(&engine);
     wasmtime_wasi::p1::add_to_linker_async(&mut module, |s: &mut P1State| &mut s.wasi)?;
@@ -230,6 +241,18 @@ async fn serve(cache_dir: PathBuf, socket: PathBuf) -> wasmtime::Result<()> {
     let _ = std::fs::remove_file(&socket);
     let listener = tokio::net::UnixListener::bind(&socket)
         .with_context(|| format!("listening on {}", socket.display()))?;
+    // Bound before the control socket is reachable by name would not matter: the node
+    // opens streams only for containers it created after connecting.
+    let streams = match &stream_socket {
+        Some(path) => {
+            let _ = std::fs::remove_file(path);
+            Some(
+                tokio::net::UnixListener::bind(path)
+                    .with_context(|| format!("listening on {}", path.display()))?,
+            )
+        }
+        None => None,
+    };
     let connection: Arc<tokio::sync::Mutex<Option<OwnedWriteHalf>>> = Arc::default();
     let (out, mut out_rx) = mpsc::unbounded_channel::<Message>();
     let shutdown = CancellationToken::new();
@@ -267,6 +290,24 @@ async fn serve(cache_dir: PathBuf, socket: PathBuf) -> wasmtime::Result<()> {
         shutdown: shutdown.clone(),
     });
 
+    if let Some(streams) = streams {
+        let sandbox = sandbox.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    accepted = streams.accept() => match accepted {
+                        Ok((conn, _)) => {
+                            tokio::spawn(stream::serve(sandbox.clone(), conn));
+                        }
+                        Err(e) => eprintln!("wasmlet sandbox: accepting a stream connection: {e}"),
+                    },
+                }
+            }
+        });
+    }
+
     loop {
         let stream = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -291,6 +332,9 @@ async fn serve(cache_dir: PathBuf, socket: PathBuf) -> wasmtime::Result<()> {
         let _ = w.shutdown().await;
     }
     let _ = std::fs::remove_file(&socket);
+    if let Some(path) = &stream_socket {
+        let _ = std::fs::remove_file(path);
+    }
     Ok(())
 }
 
@@ -603,6 +647,7 @@ impl Sandbox {
         let cancel = CancellationToken::new();
         let stop = Arc::new(AtomicBool::new(false));
         let (exited_tx, exited_rx) = watch::channel(false);
+        let (attached, stdin) = AttachHub::new(prepared.spec.stdin, prepared.spec.stdin_once);
         let started_at = Timestamp::now();
         containers.insert(
             container_id.clone(),
@@ -614,6 +659,7 @@ impl Sandbox {
                 prepared: prepared.clone(),
                 memory: memory.clone(),
                 log: log.clone(),
+                attached: attached.clone(),
             },
         );
         drop(containers);
@@ -625,7 +671,7 @@ impl Sandbox {
         });
         tokio::spawn(async move {
             let exit = tokio::select! {
-                exit = run(&this.engine, &prepared, &log, stop, memory) => exit,
+                exit = run(&this.engine, &prepared, &log, attached, stdin, stop, memory) => exit,
                 () = cancel.cancelled() => Exit {
                     code: KILLED_EXIT_CODE,
                     reason: "Error".into(),
@@ -654,6 +700,63 @@ impl Sandbox {
         Ok(())
     }
 
+    /// What an exec of `argv` in `container_id` runs: refused unless the container
+    /// runs and `argv[0]` names its program ([`program_names`]).
+    fn exec_target(&self, container_id: &str, argv: &[String]) -> wasmtime::Result<ExecTarget> {
+        let Some(command) = argv.first() else {
+            return Err(refuse(
+                ErrorKind::InvalidArgument,
+                "an exec needs a command",
+            ));
+        };
+        let containers = self.containers.lock().unwrap();
+        let (prepared, ended, limit) = match containers.get(container_id) {
+            Some(Slot::Running {
+                prepared,
+                cancel,
+                memory,
+                ..
+            }) => (prepared.clone(), cancel.clone(), memory.limit()),
+            Some(_) => {
+                return Err(refuse(
+                    ErrorKind::FailedPrecondition,
+                    format!("container {container_id} is not running: cannot exec in it"),
+                ));
+            }
+            None => {
+                return Err(refuse(
+                    ErrorKind::FailedPrecondition,
+                    format!("container {container_id} is not in this sandbox"),
+                ));
+            }
+        };
+        let names = if prepared.spec.program_names.is_empty() {
+            program_names(prepared.spec.argv.first().map_or("", String::as_str))
+        } else {
+            prepared.spec.program_names.clone()
+        };
+        if !names.iter().any(|n| n == command) {
+            return Err(refuse(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "container {}: {command:?} is not a program its image holds; it holds one, \
+                     run as {}",
+                    prepared.spec.name,
+                    names
+                        .iter()
+                        .map(|n| format!("{n:?}"))
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                ),
+            ));
+        }
+        Ok(ExecTarget {
+            prepared,
+            ended,
+            limit,
+        })
+    }
+
     /// Runs `argv` as a new instance of a running container's program (see the module
     /// docs) and says how it ended. Refused when the container is not running; a
     /// [`ErrorKind::DeadlineExceeded`] refusal at `timeout`.
@@ -664,43 +767,16 @@ impl Sandbox {
         timeout: Option<Duration>,
         closed: &CancellationToken,
     ) -> wasmtime::Result<ExecOutput> {
-        if argv.is_empty() {
-            return Err(refuse(
-                ErrorKind::InvalidArgument,
-                "an exec needs a command",
-            ));
-        }
-        let (prepared, ended, limit) = {
-            let containers = self.containers.lock().unwrap();
-            match containers.get(container_id) {
-                Some(Slot::Running {
-                    prepared,
-                    cancel,
-                    memory,
-                    ..
-                }) => (prepared.clone(), cancel.clone(), memory.limit()),
-                Some(_) => {
-                    return Err(refuse(
-                        ErrorKind::FailedPrecondition,
-                        format!("container {container_id} is not running: cannot exec in it"),
-                    ));
-                }
-                None => {
-                    return Err(refuse(
-                        ErrorKind::FailedPrecondition,
-                        format!("container {container_id} is not in this sandbox"),
-                    ));
-                }
-            }
-        };
+        let ExecTarget {
+            prepared,
+            ended,
+            limit,
+        } = self.exec_target(container_id, &argv)?;
         let stdout = Capture::new(EXEC_OUTPUT_LIMIT);
         let stderr = Capture::new(EXEC_OUTPUT_LIMIT);
-        let wasi = wasi_builder(
-            &prepared.spec,
-            &argv,
-            GuestOutput::Capture(stdout.clone()),
-            GuestOutput::Capture(stderr.clone()),
-        )?;
+        let mut wasi = wasi_builder(&prepared.spec, &argv)?;
+        wasi.stdout(GuestOutput::Capture(stdout.clone()))
+            .stderr(GuestOutput::Capture(stderr.clone()));
         // An exec is a new instance with the container's current limit (its own
         // memory counted apart).
         let run = run_guest(
@@ -746,11 +822,35 @@ impl Sandbox {
     }
 }
 
+/// What an exec runs: the container's program, until the container ends, with the
+/// container's memory limit.
+struct ExecTarget {
+    prepared: Arc<Prepared>,
+    ended: CancellationToken,
+    limit: Option<u64>,
+}
+
+/// The names a path gives a program: the path, its file name, and the file name
+/// without `.wasm` — so `ticker`, `ticker.wasm` and `/bin/ticker.wasm` all name
+/// `/bin/ticker.wasm`. The node adds the image's (see `ContainerSpec::program_names`).
+pub fn program_names(argv0: &str) -> Vec<String> {
+    let mut names = vec![argv0.to_owned()];
+    let file = argv0.rsplit('/').next().unwrap_or(argv0);
+    for name in [file, file.strip_suffix(".wasm").unwrap_or(file)] {
+        if !name.is_empty() && !names.iter().any(|n| n == name) {
+            names.push(name.to_owned());
+        }
+    }
+    names
+}
+
 /// Runs one container's guest to the end and says how it ended.
 async fn run(
     engine: &Engine,
     prepared: &Prepared,
     log: &CriLog,
+    attached: Arc<AttachHub>,
+    stdin: Option<tokio::io::DuplexStream>,
     stop: Arc<AtomicBool>,
     memory: Arc<MemoryCap>,
 ) -> Exit {
@@ -758,14 +858,26 @@ async fn run(
     let output = |stream| GuestOutput::Log {
         log: log.clone(),
         stream,
+        attached: attached.clone(),
     };
-    match wasi_builder(
-        spec,
-        &spec.argv,
-        output(Stream::Stdout),
-        output(Stream::Stderr),
-    ) {
-        Ok(wasi) => run_guest(engine, &prepared.program, wasi, memory, stop).await,
+    match wasi_builder(spec, &spec.argv) {
+        Ok(mut wasi) => {
+            let (out, err) = (output(Stream::Stdout), output(Stream::Stderr));
+            if spec.tty {
+                wasi.stdout(Terminal(out)).stderr(Terminal(err));
+            } else {
+                wasi.stdout(out).stderr(err);
+            }
+            if let Some(stdin) = stdin {
+                let stdin = AsyncStdinStream::new(stdin);
+                if spec.tty {
+                    wasi.stdin(Terminal(stdin));
+                } else {
+                    wasi.stdin(stdin);
+                }
+            }
+            run_guest(engine, &prepared.program, wasi, memory, stop).await
+        }
         Err(e) => Exit {
             code: 128,
             reason: "StartError".into(),
@@ -860,19 +972,12 @@ fn exit_of(result: wasmtime::Result<i32>, limiter: &MemoryLimiter) -> Exit {
     }
 }
 
-/// The WASI context of a container's guest, or of an exec in it: `argv` and the
-/// output streams differ, everything else is the container's.
-fn wasi_builder(
-    spec: &ContainerSpec,
-    argv: &[String],
-    stdout: GuestOutput,
-    stderr: GuestOutput,
-) -> wasmtime::Result<WasiCtxBuilder> {
+/// The WASI context of a container's guest, or of an exec in it, without its stdio
+/// (each caller sets its own): `argv` differs, everything else is the container's.
+fn wasi_builder(spec: &ContainerSpec, argv: &[String]) -> wasmtime::Result<WasiCtxBuilder> {
     let mut b = WasiCtx::builder();
     b.args(argv)
         .envs(&spec.env)
-        .stdout(stdout)
-        .stderr(stderr)
         // A workload has the pod's network as a container has; Wasm pods share the
         // node's network namespace (docs/decisions.md): TCP, UDP and name lookups
         // through wasi:sockets.
@@ -1015,6 +1120,19 @@ mod tests {
         assert_eq!(cap.set_limit(None), Ok(()));
         assert_eq!(cap.limit(), None);
         assert!(cap.grow(1 << 40));
+    }
+
+    #[test]
+    fn an_exec_names_the_program_by_its_path_its_file_name_or_its_stem() {
+        assert_eq!(
+            super::program_names("/bin/ticker.wasm"),
+            ["/bin/ticker.wasm", "ticker.wasm", "ticker"]
+        );
+        assert_eq!(
+            super::program_names("ticker.wasm"),
+            ["ticker.wasm", "ticker"]
+        );
+        assert_eq!(super::program_names("ticker"), ["ticker"]);
     }
 
     #[test]

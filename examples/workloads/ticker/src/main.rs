@@ -4,7 +4,10 @@
 //!
 //! Its first argument makes it answer an exec (an exec runs the container's own
 //! program again): `check` prints `ok` and exits with `CHECK_EXIT` (default 0), as
-//! an exec probe would; `hang` sleeps forever, for exec timeouts.
+//! an exec probe would; `hang` sleeps forever, for exec timeouts; `cat` answers
+//! each line of stdin with `got: LINE` on stdout and `err: LINE` on stderr as it
+//! comes, then `eof` at its end, and exits with `CAT_EXIT` (default 0) — for
+//! interactive execs and for attaching to a container that reads its stdin.
 
 use std::io::Write;
 use std::time::Duration;
@@ -25,6 +28,15 @@ fn main() {
         Some("check") => {
             println!("ok");
             std::process::exit(env_number("CHECK_EXIT").unwrap_or(0) as i32);
+        }
+        Some("cat") => {
+            for line in std::io::stdin().lines() {
+                let Ok(line) = line else { break };
+                println!("got: {line}");
+                eprintln!("err: {line}");
+            }
+            println!("eof");
+            std::process::exit(env_number("CAT_EXIT").unwrap_or(0) as i32);
         }
         Some("hang") => loop {
             std::thread::sleep(Duration::from_secs(3600));

@@ -39,7 +39,7 @@ async fn running_ticker(fx: &Fixture, name: &str, env: &[(&str, &str)]) -> Resul
 }
 
 /// A field of `/proc/<pid>/status` that is a number (kB for sizes).
-fn proc_status(pid: u32, field: &str) -> Result<u64> {
+pub(crate) fn proc_status(pid: u32, field: &str) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let value = status
         .lines()
@@ -56,7 +56,7 @@ fn proc_status(pid: u32, field: &str) -> Result<u64> {
 const INSTANCE_RESERVATION_KIB: u64 = 2 * 1024 * 1024;
 
 /// Waits until the sandbox has more instances alive than when it measured `baseline`.
-async fn wait_for_an_extra_instance(pid: u32, baseline: u64) -> Result<()> {
+pub(crate) async fn wait_for_an_extra_instance(pid: u32, baseline: u64) -> Result<()> {
     poll_until("an exec instance to be alive", async || {
         Ok((proc_status(pid, "VmSize")? > baseline + INSTANCE_RESERVATION_KIB).then_some(()))
     })
@@ -65,7 +65,7 @@ async fn wait_for_an_extra_instance(pid: u32, baseline: u64) -> Result<()> {
 
 /// Waits until the sandbox's address space is back near `baseline`: no instance made
 /// since is still alive.
-async fn wait_for_no_extra_instance(pid: u32, baseline: u64) -> Result<()> {
+pub(crate) async fn wait_for_no_extra_instance(pid: u32, baseline: u64) -> Result<()> {
     poll_until("every exec instance to be gone", async || {
         Ok((proc_status(pid, "VmSize")? < baseline + INSTANCE_RESERVATION_KIB).then_some(()))
     })

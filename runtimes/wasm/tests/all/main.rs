@@ -5,7 +5,8 @@
 //! [`limits`] (memory limits, a sandbox dying), [`errors`] (missing images),
 //! [`exec`] (exec in running containers), [`adoption`] (a new node adopting sandboxes),
 //! [`cgroups`] (the sandbox in its pod cgroup, its `oom_score_adj`), [`logs`] (log
-//! rotation: a container's log reopened at its path).
+//! rotation: a container's log reopened at its path), [`stdio`] (interactive execs and
+//! attaching to a container's stdio).
 //! [`fixture`] holds the shared setup: a runtime in a tempdir, a pod, and waits
 //! that end on an event or a deadline.
 
@@ -19,3 +20,4 @@ mod lifecycle;
 mod limits;
 mod logs;
 mod network;
+mod stdio;
