@@ -135,6 +135,10 @@ pub struct NodeFlags {
     /// `AlwaysAllow` or `Webhook` (SubjectAccessReview).
     #[arg(long, value_name = "MODE")]
     pub authorization_mode: Option<String>,
+    /// How long an exec, attach or port-forward stream may carry nothing before the
+    /// node ends it (e.g. 4h).
+    #[arg(long, value_name = "DURATION")]
+    pub streaming_connection_idle_timeout: Option<String>,
 }
 
 /// The fields of `KubeletConfiguration` (kubelet.config.k8s.io/v1beta1) wasmlet reads.
@@ -197,6 +201,7 @@ struct KubeletConfiguration {
     volume_stats_agg_period: Option<String>,
     enable_system_log_handler: Option<bool>,
     enable_debugging_handlers: Option<bool>,
+    streaming_connection_idle_timeout: Option<String>,
     authentication: Option<node_api::AuthenticationSection>,
     authorization: Option<node_api::AuthorizationSection>,
     wasmlet: Option<WasmletSection>,

@@ -149,6 +149,9 @@ pub struct NodeApiSettings {
     /// and streaming are served; off, they answer 405 (`/configz` 404), as the
     /// kubelet's.
     pub debugging_handlers: bool,
+    /// `streamingConnectionIdleTimeout` (default 4 h): a stream the node serves
+    /// itself that carries nothing for this long is ended.
+    pub streaming_idle_timeout: Duration,
 }
 
 impl NodeApiSettings {
@@ -233,6 +236,14 @@ impl NodeFlags {
             }
         };
 
+        let streaming_idle_timeout = duration_of(
+            errors,
+            "streamingConnectionIdleTimeout",
+            self.streaming_connection_idle_timeout
+                .as_ref()
+                .or(file.streaming_connection_idle_timeout.as_ref()),
+            crate::server::idle::DEFAULT_IDLE_TIMEOUT,
+        );
         NodeApiSettings {
             tls: TlsSettings {
                 cert_file: self.tls_cert_file.clone().or(file.tls_cert_file.take()),
@@ -257,6 +268,7 @@ impl NodeFlags {
             fine_grained: false,
             system_log_handler: file.enable_system_log_handler.take().unwrap_or(true),
             debugging_handlers: file.enable_debugging_handlers.take().unwrap_or(true),
+            streaming_idle_timeout,
         }
     }
 }
@@ -319,7 +331,28 @@ mod tests {
             }
         );
         assert_eq!(api.tls.cert_dir, PathBuf::from("/var/lib/wasmlet/pki"));
+        assert_eq!(api.streaming_idle_timeout, Duration::from_secs(4 * 3600));
         assert!(api.can_authenticate());
+    }
+
+    #[test]
+    fn the_streaming_idle_timeout_is_the_flags_else_the_files() {
+        let yaml = "streamingConnectionIdleTimeout: 30m\n";
+        let api = resolve(yaml, in_cluster()).unwrap();
+        assert_eq!(api.streaming_idle_timeout, Duration::from_secs(30 * 60));
+        let flags = NodeFlags {
+            streaming_connection_idle_timeout: Some("90s".into()),
+            ..in_cluster()
+        };
+        assert_eq!(
+            resolve(yaml, flags).unwrap().streaming_idle_timeout,
+            Duration::from_secs(90)
+        );
+        let errors = resolve("streamingConnectionIdleTimeout: soon\n", in_cluster()).unwrap_err();
+        assert!(
+            errors[0].starts_with("streamingConnectionIdleTimeout: "),
+            "{errors:?}"
+        );
     }
 
     #[test]

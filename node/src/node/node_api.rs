@@ -133,6 +133,7 @@ pub(super) fn server(
         configz: Arc::new(crate::server::configz::configz(config)),
         node_name: config.node_name.clone(),
         debugging_handlers: settings.debugging_handlers,
+        streaming_idle_timeout: settings.streaming_idle_timeout,
         system_logs: settings
             .system_log_handler
             .then(|| crate::server::node_logs::NodeLogs {

@@ -24,6 +24,10 @@ pub fn configz(config: &NodeConfig) -> Value {
         "enableDebuggingHandlers",
         json!(config.node_api.debugging_handlers),
     );
+    put(
+        "streamingConnectionIdleTimeout",
+        json!(go(config.node_api.streaming_idle_timeout)),
+    );
     if let Some(p) = &config.static_pod_path {
         put("staticPodPath", path(p));
     }

@@ -16,6 +16,7 @@ pub mod auth;
 pub mod authz;
 pub mod configz;
 pub mod https;
+pub mod idle;
 pub mod logs;
 pub mod node_api;
 pub mod node_logs;

@@ -47,6 +47,8 @@ pub struct NodeApiState {
     pub node_name: String,
     /// `enableDebuggingHandlers`.
     pub debugging_handlers: bool,
+    /// `streamingConnectionIdleTimeout`.
+    pub streaming_idle_timeout: std::time::Duration,
     /// `/logs/`, unless `enableSystemLogHandler` is off.
     pub system_logs: Option<super::node_logs::NodeLogs>,
 }
@@ -89,6 +91,7 @@ impl axum::extract::FromRef<NodeApiState> for streaming::StreamingState {
         streaming::StreamingState {
             statuses: state.base.statuses.clone(),
             router: state.router.clone(),
+            idle_timeout: state.streaming_idle_timeout,
         }
     }
 }

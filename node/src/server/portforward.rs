@@ -92,13 +92,17 @@ async fn forward(error: Stream, data: Stream, target: Target) {
     let downstream = async {
         let mut buf = vec![0u8; 32 * 1024];
         loop {
-            match from_pod.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if !writer.write(&buf[..n]).await {
-                        break;
-                    }
-                }
+            // A client that went away (or a session the idle timeout ended) ends the
+            // connection to the pod too, even while the pod sends nothing.
+            let n = tokio::select! {
+                r = from_pod.read(&mut buf) => match r {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                },
+                () = writer.closed() => break,
+            };
+            if !writer.write(&buf[..n]).await {
+                break;
             }
         }
         writer.close().await;

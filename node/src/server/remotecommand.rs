@@ -1,29 +1,35 @@
-//! `exec` served by the node itself, for a runtime without a streaming server (the
-//! Wasm runtime): the kubelet's remotecommand server over SPDY/3.1 ([`super::spdy`])
+//! `exec` and `attach` served by the node itself, for a runtime without a streaming
+//! server (the Wasm runtime): the kubelet's remotecommand server over SPDY/3.1 ([`super::spdy`])
 //! with the `v5.channel.k8s.io` and `v4.channel.k8s.io` sub-protocols (over SPDY the
 //! two behave the same), as kubectl and the API server speak it.
 //!
 //! The handshake picks the first of the client's `X-Stream-Protocol-Version`s the
 //! node speaks, else 403 naming both lists. The client then opens its streams (an
 //! `error` stream, and `stdin`, `stdout`, `stderr`, `resize` as it asked); the node
-//! waits for all of them for 30 s (the kubelet's stream creation timeout). The
-//! command runs through the runtime's `exec_sync`, so its output reaches the client
-//! when it ends, not as it is written (the Wasm sandbox buffers an exec's output);
-//! its exit code reaches kubectl as the kubelet sends it: a `metav1.Status` on the
-//! error stream (`NonZeroExitCode` with an `ExitCode` cause). stdin is not offered:
-//! an exec that asks for it ends with a Status saying so. WebSocket clients are served
-//! by [`super::websocket`] before they get here.
+//! waits for all of them for 30 s (the kubelet's stream creation timeout). Then the
+//! runtime's stdio session (`exec_stdio`, `attach_stdio`) is relayed live: the
+//! client's stdin to the process, with its half-close; the process's output as it is
+//! written; resizes are read and dropped (WASI has no terminal size). The exit code
+//! reaches kubectl as the kubelet sends it: a `metav1.Status` on the error stream
+//! (`NonZeroExitCode` with an `ExitCode` cause); a failure to start is an
+//! `InternalError` Status naming it. A client that goes away drops the runtime's
+//! session, which ends the exec (or detaches). WebSocket clients are served by
+//! [`super::websocket`] before they get here.
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
-use wasmlet_runtime::{Runtime, Streams};
+use wasmlet_runtime::{Runtime, StdioSession, Streams};
 
+use super::idle::Idle;
 use super::spdy::{Session, Stream, header as spdy_header};
 use super::text;
 
@@ -83,8 +89,8 @@ pub fn is_spdy_upgrade(req: &Request) -> bool {
 }
 
 /// Switches `req` to SPDY with `protocol` and runs `serve` on the session once the
-/// client has upgraded.
-pub fn upgrade<F, Fut>(mut req: Request, protocol: String, serve: F) -> Response
+/// client has upgraded; the session ends once it has been idle for `idle`.
+pub fn upgrade<F, Fut>(mut req: Request, protocol: String, idle: Duration, serve: F) -> Response
 where
     F: FnOnce(Session) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -98,7 +104,7 @@ where
     let on_upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
         match on_upgrade.await {
-            Ok(io) => serve(Session::start(TokioIo::new(io))).await,
+            Ok(io) => serve(Session::start(Idle::new(TokioIo::new(io), idle))).await,
             Err(e) => tracing::debug!("a stream's upgrade did not complete: {e}"),
         }
     });
@@ -179,87 +185,163 @@ pub fn internal_error(message: &str) -> serde_json::Value {
     })
 }
 
-/// What an exec produced: its output for stdout and stderr (with a TTY, stderr's
-/// bytes are on stdout), and the Status for the error stream.
-pub struct Outcome {
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    pub status: serde_json::Value,
+/// What a session the node serves itself runs.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// A new process with this command.
+    Exec(Vec<String>),
+    /// The container's own process.
+    Attach,
 }
 
-/// Runs `command` in container `id` through `exec_sync`, for a client that opened
-/// `streams` (a stdin is refused: the runtime's exec takes none).
-pub async fn run_exec(
+/// Opens the runtime's stdio session for `target` in container `id`.
+pub async fn open(
     runtime: &Arc<dyn Runtime>,
     id: &str,
-    command: &[String],
+    target: &Target,
     streams: Streams,
-) -> Outcome {
-    let refused = |message: String| Outcome {
-        stdout: Vec::new(),
-        stderr: Vec::new(),
-        status: internal_error(&message),
-    };
-    if streams.stdin {
-        return refused(format!(
-            "the {} runtime's exec takes no stdin (run it without -i)",
-            runtime.name()
-        ));
-    }
-    match runtime.exec_sync(id, command, Duration::ZERO).await {
-        Ok(out) => {
-            let (mut stdout, stderr) = (out.stdout, out.stderr);
-            let stderr = if streams.tty {
-                stdout.extend(stderr);
-                Vec::new()
-            } else {
-                stderr
-            };
-            Outcome {
-                stdout: if streams.stdout { stdout } else { Vec::new() },
-                stderr: if streams.stderr { stderr } else { Vec::new() },
-                status: exit_status(out.exit_code),
-            }
-        }
-        Err(e) => refused(e.to_string()),
+) -> Result<StdioSession, wasmlet_runtime::Error> {
+    match target {
+        Target::Exec(command) => runtime.exec_stdio(id, command, streams).await,
+        Target::Attach => runtime.attach_stdio(id, streams).await,
     }
 }
 
-/// Serves one exec of `command` in container `id` of `runtime` over `session`.
-pub async fn serve_exec(
+/// The Status that ends a session: an exec's exit code as the kubelet reports it;
+/// an attach that ended with its container succeeded (the kubelet's `ServeAttach`).
+pub fn final_status(
+    target: &Target,
+    outcome: Result<i32, wasmlet_runtime::Error>,
+) -> serde_json::Value {
+    match (target, outcome) {
+        (Target::Exec(_), Ok(code)) => exit_status(code),
+        (Target::Attach, Ok(_)) => exit_status(0),
+        (_, Err(e)) => internal_error(&e.to_string()),
+    }
+}
+
+/// Copies `from` into `to` until either ends; `false` when `to` did.
+pub async fn copy_out<F, Fut>(from: Option<Box<dyn AsyncRead + Send + Unpin>>, mut to: F)
+where
+    F: FnMut(Bytes) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let Some(mut from) = from else { return };
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if !to(Bytes::copy_from_slice(&buf[..n])).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Serves one exec or attach in container `id` of `runtime` over `session`: the
+/// runtime's stdio session relayed stream by stream, live, until the process ends
+/// (then its Status on the error stream) or the client goes away (then the
+/// runtime's session is dropped, which ends an exec and detaches an attach).
+pub async fn serve(
     mut session: Session,
     runtime: Arc<dyn Runtime>,
     id: String,
-    command: Vec<String>,
+    target: Target,
     streams: Streams,
 ) {
     let client = match accept_streams(&mut session, streams).await {
         Ok(c) => c,
         Err(e) => {
-            tracing::debug!(container = %id, "exec: {e}");
+            tracing::debug!(container = %id, "remotecommand: {e}");
             session.go_away().await;
             return;
         }
     };
+    let ClientStreams {
+        error,
+        stdin,
+        stdout,
+        stderr,
+        resize,
+    } = client;
     let opened = Streams {
-        stdin: client.stdin.is_some(),
+        stdin: stdin.is_some(),
+        stdout: stdout.is_some(),
+        stderr: stderr.is_some(),
         ..streams
     };
-    let out = run_exec(&runtime, &id, &command, opened).await;
-    if let Some(s) = &client.stdout {
-        s.writer.write(&out.stdout).await;
-    }
-    if let Some(s) = &client.stderr {
-        s.writer.write(&out.stderr).await;
-    }
-    for s in [&client.stdout, &client.stderr].into_iter().flatten() {
+    let status = match open(&runtime, &id, &target, opened).await {
+        Err(e) => internal_error(&e.to_string()),
+        Ok(stdio) => {
+            let StdioSession {
+                stdin: to_process,
+                stdout: process_out,
+                stderr: process_err,
+                exit,
+            } = stdio;
+            let input = async {
+                if let (Some(mut w), Some(mut s)) = (to_process, stdin) {
+                    while let Some(bytes) = s.incoming.recv().await {
+                        if w.write_all(&bytes).await.is_err() {
+                            break;
+                        }
+                    }
+                    // The client half-closed its stdin: so does the process's.
+                    let _ = w.shutdown().await;
+                }
+                std::future::pending::<()>().await;
+            };
+            // A Wasm process has no terminal size: resizes are read and dropped.
+            let resizes = async {
+                if let Some(mut r) = resize {
+                    while r.incoming.recv().await.is_some() {}
+                }
+                std::future::pending::<()>().await;
+            };
+            let writer = |s: &Option<Stream>| s.as_ref().map(|s| s.writer.clone());
+            let (out_w, err_w) = (writer(&stdout), writer(&stderr));
+            let done = async {
+                let out = copy_out(process_out, |b| {
+                    let w = out_w.clone();
+                    async move { write_to(w.as_ref(), &b).await }
+                });
+                let err = copy_out(process_err, |b| {
+                    let w = err_w.clone();
+                    async move { write_to(w.as_ref(), &b).await }
+                });
+                let ((), (), outcome) = tokio::join!(out, err, exit);
+                outcome
+            };
+            let gone = async { while session.accept().await.is_some() {} };
+            tokio::select! {
+                outcome = done => final_status(&target, outcome),
+                () = input => unreachable!("stdin relaying never ends by itself"),
+                () = resizes => unreachable!("resize draining never ends by itself"),
+                () = gone => {
+                    tracing::debug!(container = %id, "remotecommand: the client went away");
+                    return;
+                }
+            }
+        }
+    };
+    for s in [&stdout, &stderr].into_iter().flatten() {
         s.writer.close().await;
     }
-    if let Some(error) = &client.error {
-        error.writer.write(out.status.to_string().as_bytes()).await;
+    if let Some(error) = &error {
+        error.writer.write(status.to_string().as_bytes()).await;
         error.writer.close().await;
     }
     session.go_away().await;
+}
+
+/// Writes to a client stream, if there is one; `false` when it is gone.
+async fn write_to(w: Option<&super::spdy::StreamWriter>, bytes: &[u8]) -> bool {
+    match w {
+        Some(w) => w.write(bytes).await,
+        None => false,
+    }
 }
 
 #[cfg(test)]

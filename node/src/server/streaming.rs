@@ -29,6 +29,8 @@ use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use wasmlet_runtime::{Error as RuntimeError, Runtime, SandboxState, Streams};
 
+use super::remotecommand::Target;
+use super::spdy::Session;
 use super::{portforward, remotecommand, text, websocket};
 use crate::router::RuntimeRouter;
 use crate::status::StatusStore;
@@ -39,6 +41,8 @@ use crate::status::StatusStore;
 pub struct StreamingState {
     pub statuses: StatusStore,
     pub router: RuntimeRouter,
+    /// `streamingConnectionIdleTimeout`, for the streams the node serves itself.
+    pub idle_timeout: std::time::Duration,
 }
 
 /// The kubelet's `remotecommand.NewOptions`: `input`, `output`, `error` and `tty`
@@ -187,25 +191,43 @@ pub async fn exec(
     };
     match runtime.exec(&id, &command, streams).await {
         Ok(url) => proxy_stream(req, &url).await,
-        // No streaming server (the Wasm runtime): the node serves the exec itself.
-        Err(RuntimeError::Unsupported { .. }) if websocket::is_websocket(&req) => {
-            websocket::upgrade(req, websocket::EXEC_PROTOCOLS, move |ws, _| {
-                websocket::serve_exec(ws, runtime, id, command, streams)
-            })
-        }
-        Err(RuntimeError::Unsupported { .. }) => {
-            let protocol = match remotecommand::negotiate(&req, remotecommand::PROTOCOLS) {
-                Ok(p) => p,
-                Err(offered) => {
-                    return remotecommand::refuse_protocols(&offered, remotecommand::PROTOCOLS);
-                }
-            };
-            remotecommand::upgrade(req, protocol, move |session| {
-                remotecommand::serve_exec(session, runtime, id, command, streams)
-            })
-        }
+        Err(RuntimeError::Unsupported { .. }) => serve_itself(
+            req,
+            runtime,
+            id,
+            Target::Exec(command),
+            streams,
+            state.idle_timeout,
+        ),
         Err(e) => runtime_error(&e),
     }
+}
+
+/// For a runtime without a streaming server (the Wasm runtime): the node upgrades
+/// the connection itself (WebSocket or SPDY, as the client asks) and relays the
+/// runtime's stdio session.
+fn serve_itself(
+    req: Request,
+    runtime: Arc<dyn Runtime>,
+    id: String,
+    target: Target,
+    streams: Streams,
+    idle: std::time::Duration,
+) -> Response {
+    if websocket::is_websocket(&req) {
+        let protocols = websocket::EXEC_PROTOCOLS;
+        return websocket::upgrade(req, protocols, idle, move |ws, protocol| {
+            let framing = websocket::Framing::of(&protocol);
+            websocket::serve_stdio(ws, framing, runtime, id, target, streams)
+        });
+    }
+    let protocol = match remotecommand::negotiate(&req, remotecommand::PROTOCOLS) {
+        Ok(p) => p,
+        Err(offered) => return remotecommand::refuse_protocols(&offered, remotecommand::PROTOCOLS),
+    };
+    remotecommand::upgrade(req, protocol, idle, move |session| {
+        remotecommand::serve(session, runtime, id, target, streams)
+    })
 }
 
 /// `POST /run/{namespace}/{pod}/{container}?cmd=...`: the kubelet's `getRun`, the
@@ -266,6 +288,14 @@ pub async fn attach(
     }
     match runtime.attach(&id, streams).await {
         Ok(url) => proxy_stream(req, &url).await,
+        Err(RuntimeError::Unsupported { .. }) => serve_itself(
+            req,
+            runtime,
+            id,
+            Target::Attach,
+            streams,
+            state.idle_timeout,
+        ),
         Err(e) => runtime_error(&e),
     }
 }
@@ -281,10 +311,12 @@ pub async fn port_forward(
     }): Path<StreamPath>,
     req: Request,
 ) -> Response {
-    let ports = match ports_of(
-        req.uri().query().unwrap_or_default(),
-        websocket::is_websocket(&req),
-    ) {
+    let websocket = websocket::is_websocket(&req);
+    let tunnel = websocket
+        && websocket::choose_protocol(&req, websocket::PORT_FORWARD_OFFERS).as_deref()
+            == Some(websocket::SPDY_TUNNEL_PROTOCOL);
+    // A tunnelled SPDY names its ports per stream, as SPDY does.
+    let ports = match ports_of(req.uri().query().unwrap_or_default(), websocket && !tunnel) {
         Ok(p) => p,
         Err(e) => return text(StatusCode::BAD_REQUEST, e),
     };
@@ -312,15 +344,29 @@ pub async fn port_forward(
             ),
         );
     };
+    let target = portforward::Target {
+        pod: pod.metadata.name.clone().unwrap_or_default(),
+        uid: pod_uid,
+        host: std::net::Ipv4Addr::LOCALHOST.into(),
+    };
+    let idle = state.idle_timeout;
     match runtime.port_forward(&sandbox.id, &ports).await {
+        Ok(url) if tunnel => proxy_spdy_tunnel(req, &url).await,
         Ok(url) => proxy_stream(req, &url).await,
         // No streaming server (the Wasm runtime): the node relays to the pod's
         // ports, on the node's network where a Wasm pod listens.
-        Err(RuntimeError::Unsupported { .. }) if websocket::is_websocket(&req) => {
-            let pod_name = pod.metadata.name.clone().unwrap_or_default();
-            let host = std::net::Ipv4Addr::LOCALHOST.into();
-            websocket::upgrade(req, websocket::PORT_FORWARD_PROTOCOLS, move |ws, _| {
-                websocket::serve_port_forward(ws, host, ports, pod_name)
+        Err(RuntimeError::Unsupported { .. }) if tunnel => {
+            let protocols = [websocket::SPDY_TUNNEL_PROTOCOL];
+            websocket::upgrade(req, &protocols, idle, move |ws, _| async move {
+                portforward::serve(Session::start(websocket::tunnel(ws)), target).await
+            })
+        }
+        Err(RuntimeError::Unsupported { .. }) if websocket => {
+            let (host, pod_name) = (target.host, target.pod);
+            let protocols = websocket::PORT_FORWARD_PROTOCOLS;
+            websocket::upgrade(req, protocols, idle, move |ws, protocol| {
+                let framing = websocket::Framing::of(&protocol);
+                websocket::serve_port_forward(ws, framing, host, ports, pod_name)
             })
         }
         Err(RuntimeError::Unsupported { .. }) => {
@@ -330,12 +376,7 @@ pub async fn port_forward(
                     return remotecommand::refuse_protocols(&offered, portforward::PROTOCOLS);
                 }
             };
-            let target = portforward::Target {
-                pod: pod.metadata.name.clone().unwrap_or_default(),
-                uid: pod_uid,
-                host: std::net::Ipv4Addr::LOCALHOST.into(),
-            };
-            remotecommand::upgrade(req, protocol, move |session| {
+            remotecommand::upgrade(req, protocol, idle, move |session| {
                 portforward::serve(session, target)
             })
         }
@@ -374,7 +415,28 @@ fn proxy_error(message: impl std::fmt::Display) -> Response {
 /// Sends the client's upgrade request to `location` (the runtime's streaming URL),
 /// answers with the runtime's response, and once both sides have switched protocols
 /// relays bytes both ways until either closes.
-pub async fn proxy_stream(mut req: Request, location: &str) -> Response {
+pub async fn proxy_stream(req: Request, location: &str) -> Response {
+    proxy(req, location, false).await
+}
+
+/// [`proxy_stream`] for a port-forward whose SPDY the client tunnels in a WebSocket
+/// ([`websocket::SPDY_TUNNEL_PROTOCOL`]), which a runtime's streaming server does not
+/// speak: the runtime is asked for a plain SPDY/3.1 `portforward.k8s.io` upgrade, the
+/// client's WebSocket is accepted by the node, and the SPDY bytes are relayed
+/// between the two unchanged (what kube-apiserver's tunnelling handler does).
+async fn proxy_spdy_tunnel(req: Request, location: &str) -> Response {
+    proxy(req, location, true).await
+}
+
+async fn proxy(mut req: Request, location: &str, tunnel: bool) -> Response {
+    let handshake = if tunnel {
+        match websocket::handshake(&req, &[websocket::SPDY_TUNNEL_PROTOCOL]) {
+            Ok(h) => Some(h),
+            Err(why) => return websocket::refuse(why),
+        }
+    } else {
+        None
+    };
     if !super::is_upgrade(req.headers()) {
         return proxy_error("Upgrade request required");
     }
@@ -419,9 +481,19 @@ pub async fn proxy_stream(mut req: Request, location: &str) -> Response {
         .method(req.method().clone())
         .uri(path);
     for (k, v) in req.headers() {
-        if k != header::HOST {
+        let websocket_only = tunnel
+            && (k.as_str().starts_with("sec-websocket-")
+                || k == header::UPGRADE
+                || k == header::CONNECTION);
+        if k != header::HOST && !websocket_only {
             backend_req = backend_req.header(k, v);
         }
+    }
+    if tunnel {
+        backend_req = backend_req
+            .header(header::CONNECTION, "Upgrade")
+            .header(header::UPGRADE, "SPDY/3.1")
+            .header("x-stream-protocol-version", portforward::PROTOCOLS[0]);
     }
     if let Some(addr) = req.extensions().get::<super::https::RemoteAddr>()
         && let Ok(v) = HeaderValue::from_str(&addr.0.ip().to_string())
@@ -457,11 +529,27 @@ pub async fn proxy_stream(mut req: Request, location: &str) -> Response {
                 return;
             }
         };
-        let (mut client, mut backend) = (TokioIo::new(client), TokioIo::new(backend));
-        if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut backend).await {
+        let mut backend = TokioIo::new(backend);
+        let relayed = if tunnel {
+            let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                TokioIo::new(client),
+                tokio_tungstenite::tungstenite::protocol::Role::Server,
+                None,
+            )
+            .await;
+            let mut client = websocket::tunnel(ws);
+            tokio::io::copy_bidirectional(&mut client, &mut backend).await
+        } else {
+            let mut client = TokioIo::new(client);
+            tokio::io::copy_bidirectional(&mut client, &mut backend).await
+        };
+        if let Err(e) = relayed {
             tracing::debug!("a stream ended: {e}");
         }
     });
+    if let Some((accept, protocol)) = handshake {
+        return websocket::switching_protocols(&accept, &protocol);
+    }
     let (parts, _) = response.into_parts();
     Response::from_parts(parts, Body::empty()).into_response()
 }

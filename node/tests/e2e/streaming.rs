@@ -83,21 +83,40 @@ fn http_get(port: u16, path: &str) -> String {
 
 /// `kubectl port-forward pod/<pod> :<port>`: the child and its local port; its stdout
 /// (a line per connection) is drained so that it never blocks.
+/// A `kubectl port-forward` to `port` of `pod`, over SPDY or (`websockets`) with its
+/// SPDY tunnelled in a WebSocket, and logging its requests: the child, the local
+/// port, and its stderr once it has ended.
 fn port_forward(
     kubeconfig: &std::path::Path,
     pod: &str,
     port: u16,
-) -> (std::process::Child, u16, std::thread::JoinHandle<()>) {
-    let mut forward = kubectl(kubeconfig)
-        .args(["port-forward", &format!("pod/{pod}"), &format!(":{port}")])
+    websockets: bool,
+) -> (std::process::Child, u16, std::thread::JoinHandle<String>) {
+    let mut cmd = kubectl(kubeconfig);
+    if websockets {
+        cmd.env("KUBECTL_PORT_FORWARD_WEBSOCKETS", "true");
+    }
+    let mut forward = cmd
+        .args([
+            "port-forward",
+            "-v=8",
+            &format!("pod/{pod}"),
+            &format!(":{port}"),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut first = String::new();
     let mut stdout = BufReader::new(forward.stdout.take().unwrap());
+    let mut stderr = forward.stderr.take().unwrap();
+    let logs = std::thread::spawn(move || {
+        let mut log = String::new();
+        let _ = stderr.read_to_string(&mut log);
+        log
+    });
     stdout.read_line(&mut first).unwrap();
-    let drain = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         let _ = std::io::copy(&mut stdout, &mut std::io::sink());
     });
     // "Forwarding from 127.0.0.1:41234 -> 8080"
@@ -107,7 +126,28 @@ fn port_forward(
         .and_then(|a| a.rsplit(':').next())
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no local port in {first:?}"));
-    (forward, local, drain)
+    (forward, local, logs)
+}
+
+/// Ends a port-forward: its stderr.
+fn stop(mut forward: std::process::Child, logs: std::thread::JoinHandle<String>) -> String {
+    let _ = forward.kill();
+    let _ = forward.wait();
+    logs.join().unwrap()
+}
+
+/// That kubectl's port-forward went the way asked, not by a fallback: its `-v=8` log
+/// of the upgrade (client-go's tunneling dialer reports the protocol it negotiated
+/// inside the WebSocket).
+fn assert_protocol(log: &str, websockets: bool) {
+    let tunnelled = log.contains("Sec-Websocket-Protocol: SPDY/3.1+portforward.k8s.io")
+        && log.contains("negotiated protocol: portforward.k8s.io");
+    let spdy = log.contains("Upgrade: SPDY/3.1") && !log.contains("tunneling_dialer");
+    let fell_back = log.to_ascii_lowercase().contains("fallback");
+    assert!(
+        !fell_back && if websockets { tunnelled } else { spdy },
+        "websockets {websockets}, but the log says:\n{log}"
+    );
 }
 
 /// `n` GETs of `path` at once through `local`: the answers.
@@ -151,14 +191,30 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_wasm_pods() {
             true,
         ))
         .unwrap();
+    let env = |pairs: &[(&str, &str)]| {
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| k8s_openapi::api::core::v1::EnvVar {
+                    name: (*k).into(),
+                    value: Some((*v).into()),
+                    ..Default::default()
+                })
+                .collect(),
+        )
+    };
     let mut wasm = api_pod("wasm", "ticker");
-    wasm.spec.as_mut().unwrap().containers[0].env =
-        Some(vec![k8s_openapi::api::core::v1::EnvVar {
-            name: "CHECK_EXIT".into(),
-            value: Some("3".into()),
-            ..Default::default()
-        }]);
+    wasm.spec.as_mut().unwrap().containers[0].env = env(&[("CHECK_EXIT", "3"), ("CAT_EXIT", "6")]);
     c.api.create(&wasm).unwrap();
+    // A Wasm container that reads its stdin, kept open for attach until the first
+    // client closes its own (stdinOnce).
+    let mut cat = api_pod("wasm-cat", "ticker");
+    let main = &mut cat.spec.as_mut().unwrap().containers[0];
+    main.args = Some(vec!["cat".into()]);
+    main.stdin = Some(true);
+    main.stdin_once = Some(true);
+    main.env = env(&[("CAT_EXIT", "0")]);
+    c.api.create(&cat).unwrap();
     let web_port = port + 1000;
     let mut web = api_pod("wasm-httpd", "httpd");
     web.spec.as_mut().unwrap().containers[0].env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
@@ -171,6 +227,7 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_wasm_pods() {
     running(&c, "reader");
     running(&c, "wasm");
     running(&c, "wasm-httpd");
+    running(&c, "wasm-cat");
 
     // exec: stdout, stderr and the exit code, each where kubectl puts it.
     let (code, out, err) = run(
@@ -250,44 +307,45 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_wasm_pods() {
     let _ = attach.kill();
     let _ = attach.wait();
 
-    // port-forward: a local port to the pod's httpd, 20 connections at once.
-    let (mut forward, local, drain) = port_forward(&kubeconfig, "box", port);
-    let answers = concurrent_gets(local, "/", 20);
-    let _ = forward.kill();
-    let _ = forward.wait();
-    let _ = drain.join();
-    for a in &answers {
-        assert!(a.starts_with("HTTP/1.1 200 OK"), "{a}");
-        assert!(a.ends_with("hello-from-httpd\n"), "{a}");
-    }
-    eprintln!("port-forward (busybox): 20 of 20 GETs through 127.0.0.1:{local} answered");
+    // port-forward: a local port to the pod's httpd, 20 connections at once, over
+    // SPDY as a v1.32 API server speaks to kubelets, and with the SPDY tunnelled in a
+    // WebSocket as kubectl sends it (relayed by the test API server unchanged, as a
+    // direct client would reach the node).
+    for websockets in [false, true] {
+        let how = if websockets {
+            "SPDY in a WebSocket"
+        } else {
+            "SPDY"
+        };
+        let (forward, local, logs) = port_forward(&kubeconfig, "box", port, websockets);
+        let answers = concurrent_gets(local, "/", 20);
+        let log = stop(forward, logs);
+        for a in &answers {
+            assert!(a.starts_with("HTTP/1.1 200 OK"), "{a}");
+            assert!(a.ends_with("hello-from-httpd\n"), "{a}");
+        }
+        assert_protocol(&log, websockets);
+        eprintln!(
+            "port-forward (busybox, {how}): 20 of 20 GETs through 127.0.0.1:{local} answered"
+        );
 
-    // The same to the Wasm httpd, relayed by the node itself.
-    let (mut forward, local, drain) = port_forward(&kubeconfig, "wasm-httpd", web_port);
-    let answers = concurrent_gets(local, "/healthz", 20);
-    let _ = forward.kill();
-    let _ = forward.wait();
-    let _ = drain.join();
-    for a in &answers {
-        assert!(a.starts_with("HTTP/1.1 200"), "{a}");
-        assert!(a.ends_with("\r\n\r\nok\n"), "{a:?}");
+        // The same to the Wasm httpd, relayed by the node itself.
+        let (forward, local, logs) = port_forward(&kubeconfig, "wasm-httpd", web_port, websockets);
+        let answers = concurrent_gets(local, "/healthz", 20);
+        let log = stop(forward, logs);
+        for a in &answers {
+            assert!(a.starts_with("HTTP/1.1 200"), "{a}");
+            assert!(a.ends_with("\r\n\r\nok\n"), "{a:?}");
+        }
+        assert_protocol(&log, websockets);
+        eprintln!("port-forward (wasm, {how}): 20 of 20 GETs through 127.0.0.1:{local} answered");
     }
-    eprintln!("port-forward (wasm): 20 of 20 GETs through 127.0.0.1:{local} answered");
 
     // A port nothing listens on: that connection ends, kubectl says why.
-    let (mut forward, local, drain) = port_forward(&kubeconfig, "wasm-httpd", web_port + 1);
+    let (forward, local, logs) = port_forward(&kubeconfig, "wasm-httpd", web_port + 1, false);
     let answer = std::panic::catch_unwind(|| http_get(local, "/")).unwrap_or_default();
     assert!(answer.is_empty(), "{answer}");
-    let _ = forward.kill();
-    let mut err = String::new();
-    forward
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    let _ = forward.wait();
-    let _ = drain.join();
+    let err = stop(forward, logs);
     assert!(err.contains("error forwarding port"), "{err}");
 
     // exec in a Wasm pod, served by the node over SPDY: a new instance of the
@@ -307,17 +365,70 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_wasm_pods() {
         "",
     );
     assert_eq!((code, out.as_str()), (Some(3), "ok\n"), "{err}");
-    // stdin is not offered for Wasm: kubectl says so and ends.
+    // exec -i: stdin piped to the instance and closed, its output and exit code.
+    let (code, out, err) = run(
+        kubectl(&kubeconfig).args(["exec", "-i", "wasm", "--", "ticker", "cat"]),
+        "a\nb\n",
+    );
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (
+            Some(6),
+            "got: a\ngot: b\neof\n",
+            "err: a\nerr: b\ncommand terminated with exit code 6\n"
+        ),
+    );
+    // A command the image does not hold: a clear error at once.
     let (code, _, err) = run(
-        kubectl(&kubeconfig).args(["exec", "-i", "wasm", "--", "ticker", "check"]),
-        "x\n",
+        kubectl(&kubeconfig).args(["exec", "wasm", "--", "sh", "-c", "true"]),
+        "",
     );
     assert_ne!(code, Some(0));
-    assert!(err.contains("takes no stdin"), "{err}");
-    // attach is not served for Wasm pods yet: an error naming the runtime, no hang.
-    let (code, _, err) = run(kubectl(&kubeconfig).args(["attach", "wasm"]), "");
-    assert_ne!(code, Some(0));
-    assert!(err.contains("does not support attach"), "{err}");
+    assert!(
+        err.contains("\"sh\" is not a program its image holds"),
+        "{err}"
+    );
+    // attach to a Wasm container reading stdin: what it answers comes back; closing
+    // stdin (stdinOnce) ends its input, so it says eof and exits, and attach ends.
+    let (code, out, err) = run(
+        kubectl(&kubeconfig).args(["attach", "-i", "wasm-cat", "-c", "main"]),
+        "hello\n",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("got: hello\n") && out.ends_with("eof\n"),
+        "{out:?} {err}"
+    );
+
+    // A client that vanishes mid-exec releases what the node held for it.
+    let node_fds = || {
+        std::fs::read_dir(format!("/proc/{}/fd", node.pid()))
+            .unwrap()
+            .count()
+    };
+    let settled = || {
+        wait("the node's descriptors to settle", LONG, || {
+            let before = node_fds();
+            std::thread::sleep(Duration::from_millis(300)); // a settle window inside a deadline
+            (node_fds() == before).then_some(before)
+        })
+    };
+    let before = settled();
+    let mut hung = kubectl(&kubeconfig)
+        .args(["exec", "-i", "wasm", "--", "ticker", "hang"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait("the exec's connection to the node", LONG, || {
+        (node_fds() > before).then_some(())
+    });
+    hung.kill().unwrap();
+    let _ = hung.wait();
+    wait("the node to release the exec", LONG, || {
+        (node_fds() <= before).then_some(())
+    });
 
     // On the node itself: refused before any upgrade, and the kubelet's answers to
     // what cannot be streamed.
@@ -403,7 +514,64 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_wasm_pods() {
     assert!(body.contains("exited with 3"), "{body}");
     assert_eq!(get("/run/default/box/main?cmd=true", "admin-token").0, 405);
 
+    base64_websocket(&node, "admin-token");
     websocket_clients(&kubeconfig, web_port, port);
+}
+
+/// exec on a Wasm pod over `v4.base64.channel.k8s.io`, straight to the node: text
+/// messages, the channel as a digit, the bytes in base64 — stdin in, output out, the
+/// exit code in the Status on channel 3.
+fn base64_websocket(node: &wasmlet_testkit::node::TestNode, token: &str) {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD as B64;
+    use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest as _};
+    let open = |query: &str| {
+        let url = format!(
+            "wss://127.0.0.1:{}/exec/default/wasm/main?{query}",
+            node.api_port
+        );
+        let mut req = url.into_client_request().unwrap();
+        let h = req.headers_mut();
+        h.insert(
+            "sec-websocket-protocol",
+            "v4.base64.channel.k8s.io".parse().unwrap(),
+        );
+        h.insert("authorization", format!("Bearer {token}").parse().unwrap());
+        let (ws, response) = tungstenite::client(req, node.api_connect().unwrap())
+            .unwrap_or_else(|e| panic!("base64 exec {query}: {e}"));
+        assert_eq!(
+            response.headers()["sec-websocket-protocol"],
+            "v4.base64.channel.k8s.io"
+        );
+        ws
+    };
+    // Reads text messages until one on `channel` holds `want`: what came on each.
+    let read_until = |ws: &mut tungstenite::WebSocket<_>, channel: char, want: &str| {
+        let mut seen = std::collections::BTreeMap::<char, String>::new();
+        loop {
+            let m = ws.read().unwrap_or_else(|e| panic!("{e}; so far {seen:?}"));
+            let Message::Text(t) = m else { continue };
+            let (c, data) = t.split_at(1);
+            let bytes = B64.decode(data).unwrap_or_else(|e| panic!("{t:?}: {e}"));
+            let got = seen.entry(c.chars().next().unwrap()).or_default();
+            got.push_str(&String::from_utf8_lossy(&bytes));
+            if c.starts_with(channel) && got.contains(want) {
+                return seen;
+            }
+        }
+    };
+
+    let mut ws = open("command=ticker&command=check&output=1&error=1");
+    let seen = read_until(&mut ws, '3', "\"reason\":\"ExitCode\"");
+    assert_eq!(seen.get(&'1').map(String::as_str), Some("ok\n"), "{seen:?}");
+    assert!(seen[&'3'].contains("\"message\":\"3\""), "{seen:?}");
+    eprintln!("base64 websocket: exec in wasm gave {seen:?}");
+
+    let mut ws = open("command=ticker&command=cat&input=1&output=1&error=1");
+    ws.send(Message::text(format!("0{}", B64.encode("a\n"))))
+        .unwrap();
+    read_until(&mut ws, '1', "got: a\n");
+    ws.close(None).unwrap();
 }
 
 /// kube-rs over WebSocket (as direct clients and newer API servers speak): exec and
@@ -474,6 +642,36 @@ fn websocket_clients(kubeconfig: &std::path::Path, wasm_port: u16, box_port: u16
             assert_eq!(cause.message.as_deref(), Some(want_code), "{pod}");
             let _ = tokio::time::timeout(within, p.join()).await;
         }
+
+        // exec with stdin on a Wasm pod: written, half-closed (v5), answered live.
+        step("exec -i in wasm");
+        let ap = AttachParams::default().stdin(true).stderr(false);
+        let mut p = tokio::time::timeout(within, pods.exec("wasm", vec!["ticker", "cat"], &ap))
+            .await
+            .expect("exec -i in wasm: an answer")
+            .expect("exec -i in wasm");
+        let mut stdin = p.stdin().unwrap();
+        let mut stdout = p.stdout().unwrap();
+        let status = p.take_status().unwrap();
+        stdin.write_all(b"x\n").await.unwrap();
+        let mut first = [0u8; 7];
+        tokio::time::timeout(within, stdout.read_exact(&mut first))
+            .await
+            .expect("exec -i in wasm: an answer before stdin closes")
+            .unwrap();
+        assert_eq!(&first, b"got: x\n");
+        // kube-rs's stdin is a simplex pipe: its end is a shutdown, not a drop.
+        stdin.shutdown().await.unwrap();
+        let mut rest = String::new();
+        tokio::time::timeout(within, stdout.read_to_string(&mut rest))
+            .await
+            .expect("exec -i in wasm: the output ends")
+            .unwrap();
+        assert_eq!(rest, "eof\n");
+        let status = tokio::time::timeout(within, status).await.unwrap().unwrap();
+        let cause = &status.details.unwrap().causes.unwrap()[0];
+        assert_eq!(cause.message.as_deref(), Some("6"));
+        let _ = tokio::time::timeout(within, p.join()).await;
 
         // port-forward: a GET through the forwarded stream, for each kind.
         for (pod, port, path, want) in [

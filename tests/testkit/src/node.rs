@@ -140,6 +140,30 @@ pub fn https_get(
 }
 
 /// [`https_get`] with another method (and no body).
+/// A TLS connection to the node API on `port`, its serving certificate checked
+/// against `ca_pem`; no client certificate (send a bearer token in the request).
+pub fn https_connect(
+    port: u16,
+    ca_pem: &str,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert?)?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name)?;
+    let tcp = TcpStream::connect(("127.0.0.1", port))?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    Ok(rustls::StreamOwned::new(conn, tcp))
+}
+
 pub fn https_request(
     port: u16,
     ca_pem: &str,
@@ -389,6 +413,12 @@ impl TestNode {
     /// [`Self::serving_ca`].
     pub fn api_get(&self, path: &str, auth: NodeApiAuth<'_>) -> Result<(u16, String)> {
         https_get(self.api_port, &self.serving_ca()?, path, auth)
+    }
+
+    /// A TLS connection to the node API, for requests a test writes itself
+    /// ([`https_connect`]).
+    pub fn api_connect(&self) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+        https_connect(self.api_port, &self.serving_ca()?)
     }
 
     /// A POST without a body on the node API (see [`Self::api_get`]).

@@ -385,6 +385,11 @@ impl StreamWriter {
             .await;
     }
 
+    /// Resolves once the session can no longer send: the client's side ended.
+    pub async fn closed(&self) {
+        self.out.closed().await
+    }
+
     /// Resets the stream.
     pub async fn reset(&self, status: u32) {
         let _ = self
@@ -414,11 +419,23 @@ impl Session {
         let (out_tx, mut out_rx) = mpsc::channel::<Frame>(64);
         let (accept_tx, accepted) = mpsc::channel::<Stream>(16);
 
+        // Cancelled when the client's side ends (EOF, an error, GOAWAY, the idle
+        // timeout): the writer then sends what is queued and stops, so every
+        // stream's writer fails and [`StreamWriter::closed`] resolves.
+        let ended = tokio_util::sync::CancellationToken::new();
+        let reader_ended = ended.clone().drop_guard();
+
         // One writer: frames leave in the order they were queued, with one header
         // compression state.
         tokio::spawn(async move {
             let mut codec = HeaderCodec::new();
-            while let Some(frame) = out_rx.recv().await {
+            loop {
+                let frame = tokio::select! {
+                    biased;
+                    f = out_rx.recv() => f,
+                    () = ended.cancelled() => out_rx.try_recv().ok(),
+                };
+                let Some(frame) = frame else { break };
                 let bytes = match encode_frame(&frame, &mut codec) {
                     Ok(b) => b,
                     Err(e) => {
@@ -438,6 +455,7 @@ impl Session {
 
         let out = out_tx.clone();
         tokio::spawn(async move {
+            let _ended = reader_ended;
             let mut codec = HeaderCodec::new();
             let mut streams: HashMap<u32, mpsc::Sender<Bytes>> = HashMap::new();
             loop {
@@ -602,6 +620,27 @@ mod tests {
         let last = got.pop().unwrap();
         assert_eq!(got, frames);
         assert_eq!(last, Frame::Ignored(9));
+    }
+
+    #[tokio::test]
+    async fn when_the_client_goes_every_streams_writer_learns_it() {
+        let (mut client, server_io) = tokio::io::duplex(1 << 16);
+        let mut session = Session::start(server_io);
+        let open = Frame::SynStream {
+            id: 1,
+            headers: vec![("streamtype".into(), "data".into())],
+            fin: false,
+        };
+        let bytes = encode_frame(&open, &mut HeaderCodec::new()).unwrap();
+        client.write_all(&bytes).await.unwrap();
+        let mut stream = session.accept().await.unwrap();
+        drop(client);
+        tokio::time::timeout(std::time::Duration::from_secs(10), stream.writer.closed())
+            .await
+            .expect("the writer learns the session is over");
+        assert!(!stream.writer.write(b"late").await);
+        assert_eq!(stream.incoming.recv().await, None);
+        assert!(session.accept().await.is_none());
     }
 
     #[tokio::test]
