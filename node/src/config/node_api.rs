@@ -21,6 +21,9 @@ use super::{KubeletConfiguration, NodeFlags};
 /// `authentication.webhook.cacheTTL`'s default.
 pub const DEFAULT_TOKEN_CACHE_TTL: Duration = Duration::from_secs(2 * 60);
 
+/// The kubelet's `streamingConnectionIdleTimeout` default.
+pub const DEFAULT_STREAMING_IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 60 * 60);
+
 /// `KubeletAuthentication`, resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AuthnConfig {
@@ -242,7 +245,7 @@ impl NodeFlags {
             self.streaming_connection_idle_timeout
                 .as_ref()
                 .or(file.streaming_connection_idle_timeout.as_ref()),
-            crate::server::idle::DEFAULT_IDLE_TIMEOUT,
+            DEFAULT_STREAMING_IDLE_TIMEOUT,
         );
         NodeApiSettings {
             tls: TlsSettings {

@@ -18,9 +18,6 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-/// The kubelet's `streamingConnectionIdleTimeout` default.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 60 * 60);
-
 /// A connection that fails its reads once it has been idle for `timeout`.
 pub struct Idle<T> {
     inner: T,

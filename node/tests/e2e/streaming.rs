@@ -311,34 +311,36 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_wasm_pods() {
     // SPDY as a v1.32 API server speaks to kubelets, and with the SPDY tunnelled in a
     // WebSocket as kubectl sends it (relayed by the test API server unchanged, as a
     // direct client would reach the node).
+    // The busybox httpd is reached through containerd's streaming server, the Wasm
+    // httpd is relayed by the node itself.
+    let targets = [
+        ("box", port, "/", "HTTP/1.1 200 OK", "hello-from-httpd\n"),
+        (
+            "wasm-httpd",
+            web_port,
+            "/healthz",
+            "HTTP/1.1 200",
+            "\r\n\r\nok\n",
+        ),
+    ];
     for websockets in [false, true] {
         let how = if websockets {
             "SPDY in a WebSocket"
         } else {
             "SPDY"
         };
-        let (forward, local, logs) = port_forward(&kubeconfig, "box", port, websockets);
-        let answers = concurrent_gets(local, "/", 20);
-        let log = stop(forward, logs);
-        for a in &answers {
-            assert!(a.starts_with("HTTP/1.1 200 OK"), "{a}");
-            assert!(a.ends_with("hello-from-httpd\n"), "{a}");
+        for (pod, to, path, head, tail) in targets {
+            let (forward, local, logs) = port_forward(&kubeconfig, pod, to, websockets);
+            let answers = concurrent_gets(local, path, 20);
+            let log = stop(forward, logs);
+            for a in &answers {
+                assert!(a.starts_with(head) && a.ends_with(tail), "{pod}: {a:?}");
+            }
+            assert_protocol(&log, websockets);
+            eprintln!(
+                "port-forward ({pod}, {how}): 20 of 20 GETs through 127.0.0.1:{local} answered"
+            );
         }
-        assert_protocol(&log, websockets);
-        eprintln!(
-            "port-forward (busybox, {how}): 20 of 20 GETs through 127.0.0.1:{local} answered"
-        );
-
-        // The same to the Wasm httpd, relayed by the node itself.
-        let (forward, local, logs) = port_forward(&kubeconfig, "wasm-httpd", web_port, websockets);
-        let answers = concurrent_gets(local, "/healthz", 20);
-        let log = stop(forward, logs);
-        for a in &answers {
-            assert!(a.starts_with("HTTP/1.1 200"), "{a}");
-            assert!(a.ends_with("\r\n\r\nok\n"), "{a:?}");
-        }
-        assert_protocol(&log, websockets);
-        eprintln!("port-forward (wasm, {how}): 20 of 20 GETs through 127.0.0.1:{local} answered");
     }
 
     // A port nothing listens on: that connection ends, kubectl says why.
