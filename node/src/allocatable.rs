@@ -18,7 +18,7 @@ pub enum Threshold {
 }
 
 impl Threshold {
-    fn of(self, capacity: u64) -> u64 {
+    pub fn of(self, capacity: u64) -> u64 {
         match self {
             Threshold::Bytes(b) => b,
             Threshold::Fraction(f) => (capacity as f64 * f).round() as u64,
@@ -27,12 +27,15 @@ impl Threshold {
 }
 
 /// The eviction signals the kubelet knows.
-pub const SIGNALS: [&str; 6] = [
+pub const SIGNALS: [&str; 9] = [
     "memory.available",
+    "allocatableMemory.available",
     "nodefs.available",
     "nodefs.inodesFree",
     "imagefs.available",
     "imagefs.inodesFree",
+    "containerfs.available",
+    "containerfs.inodesFree",
     "pid.available",
 ];
 
@@ -46,15 +49,18 @@ pub fn default_eviction_hard() -> BTreeMap<String, Threshold> {
     ])
 }
 
-/// Parses an `evictionHard` map (`memory.available: 100Mi`, `nodefs.available: 10%`).
-pub fn parse_eviction_hard(
+/// Parses a map of thresholds by signal (`evictionHard`, `evictionSoft`,
+/// `evictionMinimumReclaim`: `memory.available: 100Mi`, `nodefs.available: 10%`);
+/// `what` names the field in errors.
+pub fn parse_thresholds(
+    what: &str,
     map: &BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, Threshold>, Vec<String>> {
     let mut out = BTreeMap::new();
     let mut errors = Vec::new();
     for (signal, value) in map {
         if !SIGNALS.contains(&signal.as_str()) {
-            errors.push(format!("evictionHard: unknown signal {signal:?}"));
+            errors.push(format!("{what}: unknown signal {signal:?}"));
             continue;
         }
         let parsed = match value.strip_suffix('%') {
@@ -74,7 +80,7 @@ pub fn parse_eviction_hard(
                 out.insert(signal.clone(), t);
             }
             Err(()) => errors.push(format!(
-                "evictionHard: {signal}: {value:?} is neither a quantity nor a percentage"
+                "{what}: {signal}: {value:?} is neither a quantity nor a percentage"
             )),
         }
     }
@@ -240,10 +246,13 @@ mod tests {
                 ("cpu".into(), Quantity("250m".into())),
                 ("ephemeral-storage".into(), Quantity("5Gi".into())),
             ]),
-            eviction_hard: parse_eviction_hard(&BTreeMap::from([
-                ("memory.available".into(), "5%".into()),
-                ("nodefs.available".into(), "1Gi".into()),
-            ]))
+            eviction_hard: parse_thresholds(
+                "evictionHard",
+                &BTreeMap::from([
+                    ("memory.available".into(), "5%".into()),
+                    ("nodefs.available".into(), "1Gi".into()),
+                ]),
+            )
             .unwrap(),
         };
         let a = cap.allocatable(&r).unwrap();
@@ -268,11 +277,14 @@ mod tests {
 
     #[test]
     fn eviction_thresholds_are_validated() {
-        let errors = parse_eviction_hard(&BTreeMap::from([
-            ("memory.avail".into(), "1Gi".into()),
-            ("nodefs.available".into(), "150%".into()),
-            ("imagefs.available".into(), "lots".into()),
-        ]))
+        let errors = parse_thresholds(
+            "evictionHard",
+            &BTreeMap::from([
+                ("memory.avail".into(), "1Gi".into()),
+                ("nodefs.available".into(), "150%".into()),
+                ("imagefs.available".into(), "lots".into()),
+            ]),
+        )
         .unwrap_err();
         assert_eq!(errors.len(), 3, "{errors:?}");
         assert!(

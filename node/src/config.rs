@@ -167,6 +167,12 @@ struct KubeletConfiguration {
     kube_reserved: Option<BTreeMap<String, String>>,
     system_reserved: Option<BTreeMap<String, String>>,
     eviction_hard: Option<BTreeMap<String, String>>,
+    eviction_soft: Option<BTreeMap<String, String>>,
+    eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+    eviction_max_pod_grace_period: Option<i64>,
+    eviction_pressure_transition_period: Option<String>,
+    kernel_memcg_notification: Option<bool>,
     #[serde(rename = "staticPodURL")]
     static_pod_url: Option<String>,
     #[serde(rename = "staticPodURLHeader")]
@@ -217,6 +223,8 @@ struct WasmletSection {
     restart_backoff: Option<BackoffSection>,
     housekeeping_interval: Option<String>,
     pleg_relist_period: Option<String>,
+    /// How often the eviction manager observes its signals (the kubelet's fixed 10 s).
+    eviction_monitoring_period: Option<String>,
     /// RuntimeClass name -> handler. `wasmtime` is always there.
     runtime_handlers: Option<BTreeMap<String, String>>,
     /// The node's Wasm plugins (`docs/plugins.md`).
@@ -295,6 +303,8 @@ pub struct NodeConfig {
     pub dns: crate::podspec::ClusterDns,
     /// `kubeReserved`, `systemReserved` and `evictionHard`.
     pub reservations: crate::allocatable::Reservations,
+    /// The eviction manager's thresholds and timings.
+    pub eviction: crate::thresholds::EvictionConfig,
     /// Membership of a cluster; `None` runs standalone.
     pub cluster: Option<ClusterSettings>,
     /// The HTTP manifest source.
@@ -402,6 +412,13 @@ impl NodeFlags {
         let dns = sections::cluster_dns(&file, &mut errors);
         let reservations = sections::reservations(&file, &mut errors);
         let cgroups = self.cgroups(&file, &mut errors);
+        let eviction = sections::eviction(
+            &file,
+            &section,
+            &reservations,
+            cgroups.as_ref(),
+            &mut errors,
+        );
         let node_name = self.node_name(&mut errors);
         let cri = self.cri(&file, timing.runtime_request_timeout);
         let (plugins, runtime_handlers) =
@@ -444,6 +461,7 @@ impl NodeFlags {
             cri,
             dns,
             reservations,
+            eviction,
             cluster,
             manifest_url,
             sandbox_program: sandbox.program,

@@ -16,6 +16,7 @@ pub mod cm;
 pub mod config;
 pub mod duration;
 pub mod env;
+pub mod eviction;
 pub mod hooks;
 pub mod http_get;
 pub mod kuberuntime;
@@ -46,5 +47,6 @@ mod sync_tests;
 pub mod syncloop;
 #[cfg(test)]
 mod syncloop_tests;
+pub mod thresholds;
 pub mod volumes;
 pub mod workers;

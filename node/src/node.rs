@@ -126,6 +126,13 @@ struct Managers {
     loop_health: LoopHealth,
     relist_health: RelistHealth,
     runtime_state: RuntimeState,
+    /// The Summary's source, for the node API and the eviction manager.
+    stats: Arc<crate::stats::StatsProvider>,
+    /// The node's pressure conditions, for NodeStatus and admission.
+    pressure: crate::eviction::Pressure,
+    /// The eviction manager, to start, and where its evictions reach the sync loop.
+    eviction: Option<crate::eviction::EvictionManager>,
+    evictions_rx: Option<mpsc::Receiver<crate::eviction::Eviction>>,
 }
 
 /// An HTTP server, bound when the node runs.
@@ -455,6 +462,22 @@ async fn managers(
     if let Some(cm) = &container_manager {
         syncer = syncer.with_cgroups(cm.clone());
     }
+    let stats = Arc::new(node_api::stats_provider(
+        config,
+        container_manager.as_deref(),
+    ));
+    let pressure = crate::eviction::Pressure::default();
+    let (evictions, evictions_rx) = mpsc::channel(4);
+    let eviction = crate::eviction::EvictionManager {
+        config: config.eviction.clone(),
+        stats: stats.clone(),
+        statuses: statuses.clone(),
+        router: runtimes.router.clone(),
+        allocatable_memory: allocatable_memory(config, machine),
+        pressure: pressure.clone(),
+        evictions,
+        memory_cgroups: memory_cgroups(container_manager.as_deref()),
+    };
     Managers {
         container_manager,
         events,
@@ -470,7 +493,47 @@ async fn managers(
         loop_health: LoopHealth::default(),
         relist_health: RelistHealth::default(),
         runtime_state: RuntimeState::new(&runtimes.router),
+        stats,
+        pressure,
+        eviction: Some(eviction),
+        evictions_rx: Some(evictions_rx),
     }
+}
+
+/// Node allocatable memory as the eviction manager reads `allocatableMemory.available`
+/// against it: the capacity less `kubeReserved` and `systemReserved` (not the hard
+/// eviction threshold, which the signal's own threshold is).
+fn allocatable_memory(config: &NodeConfig, machine: &MachineFacts) -> Option<u64> {
+    let m = machine.info.as_ref()?;
+    let capacity = crate::allocatable::Resources::capacity(m, None, config.max_pods);
+    let reservations = crate::allocatable::Reservations {
+        eviction_hard: Default::default(),
+        ..config.reservations.clone()
+    };
+    capacity.allocatable(&reservations).ok().map(|a| a.memory)
+}
+
+/// The memory cgroups whose usage thresholds the eviction manager watches (cgroup
+/// v1): the root for `memory.available`, the node allocatable cgroup for
+/// `allocatableMemory.available`.
+fn memory_cgroups(
+    cm: Option<&crate::cm::ContainerManager>,
+) -> Vec<(&'static str, std::path::PathBuf)> {
+    let root = std::path::PathBuf::from("/sys/fs/cgroup/memory");
+    let Some(cm) = cm else {
+        return vec![("memory.available", root)];
+    };
+    if cm.cgroups().version() != crate::cm::cgroup::Version::V1 {
+        return Vec::new();
+    }
+    let kubepods = cm.cgroups().path(cm.kubepods());
+    vec![
+        ("memory.available", root.clone()),
+        (
+            "allocatableMemory.available",
+            root.join(kubepods.trim_start_matches('/')),
+        ),
+    ]
 }
 
 /// The pod syncer: back-off, DNS, events, pod directories, probes, the node's IPs and
@@ -608,7 +671,7 @@ fn servers(
         &runtimes.router,
         client,
         certificates,
-        managers.container_manager.as_deref(),
+        managers.stats.clone(),
         state,
     )? {
         servers.push(api);
@@ -645,6 +708,7 @@ async fn pod_sources(
                 relist_health: managers.relist_health.clone(),
                 started,
                 pleg_threshold: config.pleg_unhealthy_after,
+                pressure: managers.pressure.clone(),
             };
             Some(
                 cluster::Membership::build(

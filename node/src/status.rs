@@ -318,6 +318,17 @@ pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> Pod
     // A resize the runtime refused: the kubelet's PodResizeInProgress with reason
     // Error, until a later attempt succeeds.
     let mut conditions = conditions;
+    // An evicted pod carries why (PodDisruptionConditions, GA in 1.31).
+    if let Some((reason, message)) = &st.failure
+        && reason == crate::thresholds::EVICTED
+    {
+        conditions.push(condition(
+            "DisruptionTarget",
+            "True",
+            Some("TerminationByKubelet"),
+            Some(message.clone()),
+        ));
+    }
     if let Some(message) = st.containers.values().find_map(|r| r.resize_error.clone()) {
         conditions.push(condition(
             "PodResizeInProgress",

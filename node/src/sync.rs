@@ -567,6 +567,30 @@ impl PodSyncer {
         }
     }
 
+    /// The eviction manager's eviction (the kubelet's `killPodFunc` with `isEvicted`):
+    /// the `Evicted` event, the pod stopped within `grace`, and the pod failed with
+    /// reason `Evicted` and `message`. A pod that failed already is left as it is.
+    pub(crate) async fn evict(
+        &self,
+        pod: &Pod,
+        st: &mut PodState,
+        grace: Duration,
+        message: String,
+    ) {
+        if st.failure.is_some() {
+            return;
+        }
+        self.events.pod(
+            pod,
+            None,
+            WARNING,
+            crate::thresholds::EVICTED,
+            message.clone(),
+        );
+        self.kill_pod(pod, st, grace).await;
+        st.failure = Some((crate::thresholds::EVICTED.into(), message));
+    }
+
     /// As the kubelet: a pod past its deadline fails and its containers are stopped.
     pub(crate) async fn kill_past_deadline(&self, pod: &Pod, st: &mut PodState) {
         tracing::info!(pod = %full_name(pod), "pod ran past activeDeadlineSeconds; stopping it");

@@ -106,6 +106,9 @@ pub struct SyncLoop {
     /// The probe workers, and the UIDs of pods whose probe results changed.
     probes: Option<crate::prober::ProbeManager>,
     probe_updates: Option<mpsc::UnboundedReceiver<String>>,
+    /// The eviction manager's pressure (for admission) and its evictions.
+    pressure: Option<crate::eviction::Pressure>,
+    evictions: Option<mpsc::Receiver<crate::eviction::Eviction>>,
 }
 
 impl SyncLoop {
@@ -140,6 +143,8 @@ impl SyncLoop {
             events: Default::default(),
             probes: None,
             probe_updates: None,
+            pressure: None,
+            evictions: None,
             seen: HashSet::new(),
         }
     }
@@ -200,6 +205,19 @@ impl SyncLoop {
         self
     }
 
+    /// Refuses new pods under the eviction manager's pressure (before every other
+    /// check, as the kubelet's eviction admit handler comes first) and carries out
+    /// its evictions.
+    pub fn with_eviction(
+        mut self,
+        pressure: crate::eviction::Pressure,
+        evictions: mpsc::Receiver<crate::eviction::Eviction>,
+    ) -> Self {
+        self.pressure = Some(pressure);
+        self.evictions = Some(evictions);
+        self
+    }
+
     /// Admits new pods against `node` (resources, node affinity, OS, taints) and
     /// records admission rejections as events with `events`.
     pub fn with_admission(
@@ -235,16 +253,19 @@ impl SyncLoop {
             .filter(|p| !finished(p))
             .cloned()
             .collect();
-        // The built-in checks first, then the admission plugins in their order.
-        let decided = match crate::admission::admit(pod, &admitted, node) {
-            Ok(()) => match &self.plugins {
-                Some((host, names)) => {
-                    crate::plugins::admit(host, names, pod, node, &admitted).await
-                }
-                None => Ok(()),
-            },
-            Err(rejection) => Err(rejection),
-        };
+        // Pressure first, then the built-in checks, then the admission plugins in
+        // their order.
+        let under_pressure = self.pressure.as_ref().map_or(Ok(()), |p| p.admit(pod));
+        let decided =
+            match under_pressure.and_then(|()| crate::admission::admit(pod, &admitted, node)) {
+                Ok(()) => match &self.plugins {
+                    Some((host, names)) => {
+                        crate::plugins::admit(host, names, pod, node, &admitted).await
+                    }
+                    None => Ok(()),
+                },
+                Err(rejection) => Err(rejection),
+            };
         match decided {
             Ok(()) => true,
             Err(rejection) => {
@@ -301,6 +322,7 @@ impl SyncLoop {
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         resync.tick().await;
         let mut probe_updates = self.probe_updates.take();
+        let mut evictions = self.evictions.take();
         loop {
             self.health.touch();
             tokio::select! {
@@ -326,6 +348,12 @@ impl SyncLoop {
                         self.workers.update(Work::Sync(Box::new(pod.clone())));
                     }
                 }
+                Some(eviction) = async {
+                    match evictions.as_mut() {
+                        Some(rx) => rx.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => self.evict(eviction),
                 Some(done) = self.done_rx.recv() => {
                     self.workers.finished(&done);
                     if let Some(probes) = &self.probes {
@@ -349,6 +377,20 @@ impl SyncLoop {
                 }
             }
         }
+    }
+
+    /// Hands an eviction to the pod's worker; a pod the loop no longer runs is
+    /// left alone.
+    fn evict(&mut self, eviction: crate::eviction::Eviction) {
+        let Some(pod) = self.pods.get(&eviction.uid) else {
+            tracing::debug!(uid = %eviction.uid, "eviction of a pod the node no longer runs; dropped");
+            return;
+        };
+        self.workers.update(Work::Evict {
+            pod: Box::new(pod.clone()),
+            grace: eviction.grace,
+            message: eviction.message,
+        });
     }
 
     async fn apply(&mut self, update: PodUpdate) {

@@ -28,12 +28,20 @@ pub enum Work {
     Sync(Box<Pod>),
     /// Stop the pod within the grace period, then end.
     Terminate { pod: Box<Pod>, grace: Duration },
+    /// The eviction manager's: stop the pod within the grace period and fail it with
+    /// reason `Evicted` and this message; the worker goes on (the pod stays known
+    /// until it is deleted).
+    Evict {
+        pod: Box<Pod>,
+        grace: Duration,
+        message: String,
+    },
 }
 
 impl Work {
     fn pod(&self) -> &Pod {
         match self {
-            Work::Sync(p) | Work::Terminate { pod: p, .. } => p,
+            Work::Sync(p) | Work::Terminate { pod: p, .. } | Work::Evict { pod: p, .. } => p,
         }
     }
 }
@@ -110,14 +118,20 @@ impl PodWorkers {
     pub fn update(&mut self, work: Work) -> bool {
         let id = uid(work.pod()).to_owned();
         let to = match work {
-            Work::Sync(_) => WorkerPhase::Syncing,
+            Work::Sync(_) | Work::Evict { .. } => WorkerPhase::Syncing,
             Work::Terminate { .. } => WorkerPhase::Terminating,
         };
         match self.workers.get_mut(&id) {
             Some(w) => match w.phase.transition(to) {
                 Ok(next) => {
                     w.phase = next;
-                    w.tx.send_replace(work);
+                    // An eviction is not replaced by a sync the worker may not have
+                    // picked it up before (once evicted, a sync does nothing).
+                    let keeps_eviction = matches!(work, Work::Sync(_))
+                        && matches!(*w.tx.borrow(), Work::Evict { .. });
+                    if !keeps_eviction {
+                        w.tx.send_replace(work);
+                    }
                     true
                 }
                 Err(e) => {
@@ -199,7 +213,13 @@ async fn run_worker(
         let id = uid(&pod).to_owned();
         let span = tracing::info_span!("pod", pod = %full_name(&pod), uid = %id);
         match work {
-            Work::Sync(_) => {
+            Work::Sync(_) | Work::Evict { .. } => {
+                if let Work::Evict { grace, message, .. } = &work {
+                    syncer
+                        .evict(&pod, &mut st, *grace, message.clone())
+                        .instrument(span.clone())
+                        .await;
+                }
                 let began = Instant::now();
                 let outcome = syncer.sync_pod(&pod, &mut st).instrument(span).await;
                 let kind = if syncs == 0 {

@@ -2,6 +2,7 @@
 //! changed or every `nodeStatusReportFrequency` (5 min), as the kubelet does. A Node
 //! that was deleted is registered again.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,9 @@ pub const MAX_IMAGES: usize = 50;
 pub struct StatusInputs {
     /// `Err(reason)` when the node is not ready (runtime down, PLEG unhealthy...).
     pub readiness: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
+    /// The pressure conditions the eviction manager holds (`MemoryPressure`,
+    /// `DiskPressure`, `PIDPressure`).
+    pub pressure: Arc<dyn Fn() -> BTreeSet<&'static str> + Send + Sync>,
     /// The images on the node, by every runtime.
     pub images: Arc<
         dyn Fn() -> futures::future::BoxFuture<'static, Vec<wasmlet_runtime::Image>> + Send + Sync,
@@ -53,8 +57,13 @@ pub fn images(mut list: Vec<wasmlet_runtime::Image>) -> Vec<ContainerImage> {
 }
 
 /// The four conditions the kubelet sets, keeping transition times of conditions
-/// whose status did not change.
-pub fn conditions(ready: &Result<(), String>, previous: Option<&NodeStatus>) -> Vec<NodeCondition> {
+/// whose status did not change; `pressure` holds the pressure conditions that are
+/// true.
+pub fn conditions(
+    ready: &Result<(), String>,
+    pressure: &BTreeSet<&str>,
+    previous: Option<&NodeStatus>,
+) -> Vec<NodeCondition> {
     let now = time_now();
     let cond = |type_: &str, status: &str, reason: &str, message: &str| {
         let kept = previous
@@ -70,26 +79,43 @@ pub fn conditions(ready: &Result<(), String>, previous: Option<&NodeStatus>) -> 
             last_transition_time: Some(kept.unwrap_or_else(|| now.clone())),
         }
     };
-    let mut out = vec![
-        cond(
+    // (condition, reason and message when false, when true)
+    let kinds = [
+        (
             "MemoryPressure",
-            "False",
-            "KubeletHasSufficientMemory",
-            "kubelet has sufficient memory available",
+            (
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+            ),
+            (
+                "KubeletHasInsufficientMemory",
+                "kubelet has insufficient memory available",
+            ),
         ),
-        cond(
+        (
             "DiskPressure",
-            "False",
-            "KubeletHasNoDiskPressure",
-            "kubelet has no disk pressure",
+            ("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            ("KubeletHasDiskPressure", "kubelet has disk pressure"),
         ),
-        cond(
+        (
             "PIDPressure",
-            "False",
-            "KubeletHasSufficientPID",
-            "kubelet has sufficient PID available",
+            (
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+            ),
+            (
+                "KubeletHasInsufficientPID",
+                "kubelet has insufficient PID available",
+            ),
         ),
     ];
+    let mut out: Vec<NodeCondition> = kinds
+        .iter()
+        .map(|(kind, no, yes)| match pressure.contains(kind) {
+            true => cond(kind, "True", yes.0, yes.1),
+            false => cond(kind, "False", no.0, no.1),
+        })
+        .collect();
     out.push(match ready {
         Ok(()) => cond(
             "Ready",
@@ -116,7 +142,11 @@ impl NodeStatusLoop {
     /// The status the node would write now.
     pub async fn compute(&self, previous: Option<&NodeStatus>) -> NodeStatus {
         let mut status = self.facts.base_status();
-        status.conditions = Some(conditions(&(self.inputs.readiness)(), previous));
+        status.conditions = Some(conditions(
+            &(self.inputs.readiness)(),
+            &(self.inputs.pressure)(),
+            previous,
+        ));
         status.images = Some(images((self.inputs.images)().await));
         status
     }
@@ -240,7 +270,7 @@ mod tests {
 
     #[test]
     fn conditions_have_the_kubelets_reasons_and_keep_transition_times() {
-        let ready = conditions(&Ok(()), None);
+        let ready = conditions(&Ok(()), &BTreeSet::new(), None);
         let kinds: Vec<(&str, &str, &str)> = ready
             .iter()
             .map(|c| {
@@ -268,17 +298,33 @@ mod tests {
         for c in prev.conditions.iter_mut().flatten() {
             c.last_transition_time = Some(epoch.clone());
         }
-        let not_ready = conditions(&Err("PLEG is not healthy".into()), Some(&prev));
+        let not_ready = conditions(
+            &Err("PLEG is not healthy".into()),
+            &BTreeSet::new(),
+            Some(&prev),
+        );
         assert_eq!(not_ready[0].last_transition_time, Some(epoch.clone()));
         assert_eq!(not_ready[3].status, "False");
         assert_eq!(not_ready[3].message.as_deref(), Some("PLEG is not healthy"));
-        assert_ne!(not_ready[3].last_transition_time, Some(epoch));
+        assert_ne!(not_ready[3].last_transition_time, Some(epoch.clone()));
+
+        let pressed = conditions(&Ok(()), &BTreeSet::from(["MemoryPressure"]), Some(&prev));
+        assert_eq!(
+            (pressed[0].status.as_str(), pressed[0].reason.as_deref()),
+            ("True", Some("KubeletHasInsufficientMemory"))
+        );
+        assert_eq!(
+            pressed[0].message.as_deref(),
+            Some("kubelet has insufficient memory available")
+        );
+        assert_ne!(pressed[0].last_transition_time, Some(epoch.clone()));
+        assert_eq!(pressed[1].last_transition_time, Some(epoch.clone()));
     }
 
     #[test]
     fn heartbeats_alone_are_not_a_change() {
         let a = NodeStatus {
-            conditions: Some(conditions(&Ok(()), None)),
+            conditions: Some(conditions(&Ok(()), &BTreeSet::new(), None)),
             ..Default::default()
         };
         let mut b = a.clone();

@@ -54,6 +54,7 @@ async fn lease_renews_every_ten_seconds_and_status_is_written_on_change_or_every
     api.clear_requests();
     let ready = Arc::new(AtomicBool::new(true));
     let inputs = StatusInputs {
+        pressure: Arc::new(Default::default),
         readiness: {
             let ready = ready.clone();
             Arc::new(move || {

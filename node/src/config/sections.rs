@@ -577,10 +577,12 @@ pub(super) fn reservations(
     let kube_reserved = reserved("kubeReserved", &file.kube_reserved);
     let system_reserved = reserved("systemReserved", &file.system_reserved);
     let eviction_hard = match &file.eviction_hard {
-        Some(map) => crate::allocatable::parse_eviction_hard(map).unwrap_or_else(|e| {
-            errors.extend(e);
-            Default::default()
-        }),
+        Some(map) => {
+            crate::allocatable::parse_thresholds("evictionHard", map).unwrap_or_else(|e| {
+                errors.extend(e);
+                Default::default()
+            })
+        }
         None => crate::allocatable::default_eviction_hard(),
     };
     crate::allocatable::Reservations {
@@ -588,6 +590,32 @@ pub(super) fn reservations(
         system_reserved,
         eviction_hard,
     }
+}
+
+/// The eviction manager's settings (the kubelet's `ParseThresholdConfig`): the hard
+/// thresholds already read into `reservations`, the soft ones, their grace periods and
+/// minimum reclaims, and the timings.
+pub(super) fn eviction(
+    file: &KubeletConfiguration,
+    section: &WasmletSection,
+    reservations: &crate::allocatable::Reservations,
+    cgroups: Option<&CgroupSettings>,
+    errors: &mut Vec<String>,
+) -> crate::thresholds::EvictionConfig {
+    let fields = crate::thresholds::EvictionFields {
+        hard: Some(&reservations.eviction_hard),
+        soft: file.eviction_soft.as_ref(),
+        soft_grace_period: file.eviction_soft_grace_period.as_ref(),
+        minimum_reclaim: file.eviction_minimum_reclaim.as_ref(),
+        max_pod_grace_period: file.eviction_max_pod_grace_period,
+        pressure_transition_period: file.eviction_pressure_transition_period.as_ref(),
+        monitoring_period: section.eviction_monitoring_period.as_ref(),
+        allocatable_pods: cgroups
+            .is_some_and(|c| c.enforce_node_allocatable.iter().any(|e| e == "pods")),
+    };
+    let mut config = crate::thresholds::eviction_config(fields, errors);
+    config.memcg_notification = file.kernel_memcg_notification.unwrap_or(true);
+    config
 }
 
 /// wasmlet's own section: its plugins (validated) and its RuntimeClass handlers

@@ -29,6 +29,8 @@ pub(super) struct Health {
     /// When the node started: the PLEG's grace for its first relist counts from here.
     pub started: Instant,
     pub pleg_threshold: Duration,
+    /// The eviction manager's pressure conditions.
+    pub pressure: crate::eviction::Pressure,
 }
 
 /// The node's parts the cluster's tasks share.
@@ -203,8 +205,10 @@ fn status_inputs(health: Health, router: RuntimeRouter) -> StatusInputs {
         relist_health,
         started,
         pleg_threshold,
+        pressure,
     } = health;
     StatusInputs {
+        pressure: Arc::new(move || pressure.conditions()),
         readiness: Arc::new(move || {
             let mut problems = Vec::new();
             if let Err(e) = runtime_state.check() {

@@ -35,7 +35,7 @@ fn serving_ips(config: &NodeConfig) -> Vec<IpAddr> {
 
 /// Where the statistics are read: the cgroup hierarchy at `/sys/fs/cgroup` and the pod
 /// cgroups the container manager makes (none with `cgroupsPerQOS: false`).
-fn stats_provider(
+pub(super) fn stats_provider(
     config: &NodeConfig,
     container_manager: Option<&crate::cm::ContainerManager>,
 ) -> StatsProvider {
@@ -76,7 +76,7 @@ pub(super) fn server(
     router_of_runtimes: &RuntimeRouter,
     client: Option<&kube::Client>,
     certificates: Option<(&crate::cluster::certificates::Rotations, &kube::Client)>,
-    container_manager: Option<&crate::cm::ContainerManager>,
+    stats: Arc<StatsProvider>,
     base: ServerState,
 ) -> anyhow::Result<Option<Server>> {
     let settings = &config.node_api;
@@ -129,7 +129,7 @@ pub(super) fn server(
     let state = NodeApiState {
         base,
         router: router_of_runtimes.clone(),
-        stats: Arc::new(stats_provider(config, container_manager)),
+        stats,
         configz: Arc::new(crate::server::configz::configz(config)),
         node_name: config.node_name.clone(),
         debugging_handlers: settings.debugging_handlers,

@@ -48,6 +48,9 @@ impl Node {
         {
             tasks.spawn("container log manager", logs.run(cancel.clone()));
         }
+        if let Some(eviction) = managers.eviction.take() {
+            tasks.spawn("eviction manager", eviction.run(cancel.clone()));
+        }
         start_servers(servers, &tasks, &cancel).await?;
         let (names, sources_tx, sources_rx) =
             start_pod_sources(&config, sources, &runtimes, &mut managers, &tasks, &cancel);
@@ -161,7 +164,7 @@ fn start_pod_sources(
 }
 
 /// The sync loop over the managers, with admission (built-in, then the plugins').
-fn sync_loop(config: &NodeConfig, managers: Managers, sources: Vec<String>) -> SyncLoop {
+fn sync_loop(config: &NodeConfig, mut managers: Managers, sources: Vec<String>) -> SyncLoop {
     let sync_loop = SyncLoop::new(
         managers.syncer,
         managers.statuses,
@@ -174,6 +177,10 @@ fn sync_loop(config: &NodeConfig, managers: Managers, sources: Vec<String>) -> S
     .with_sources(sources)
     .with_static_pods(managers.static_pods)
     .with_probes(managers.probes, managers.probe_rx);
+    let sync_loop = match managers.evictions_rx.take() {
+        Some(rx) => sync_loop.with_eviction(managers.pressure.clone(), rx),
+        None => sync_loop,
+    };
     let sync_loop = match managers.admission {
         Some(node) => sync_loop.with_admission(node, managers.events.clone()),
         None => sync_loop,

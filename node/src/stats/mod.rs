@@ -150,6 +150,9 @@ pub struct StatsProvider {
 /// `network.DefaultInterfaceName`).
 const POD_INTERFACE: &str = "eth0";
 
+/// The system container of the pods' cgroup (`kubepods`), as the kubelet names it.
+pub const SYSTEM_CONTAINER_PODS: &str = "pods";
+
 /// The node's key in the rate cache (cgroup paths all start with `/`).
 const NODE_KEY: &str = "node";
 
@@ -447,13 +450,20 @@ impl StatsProvider {
         (out, failed)
     }
 
+    /// The node allocatable cgroup's key (`kubepods`), read as the `pods` system
+    /// container.
+    fn pods_key(&self) -> Option<String> {
+        let pc = self.config.pod_cgroups.as_ref()?;
+        Some(pc.cgroups.path(&pc.kubepods))
+    }
+
     /// The plan for `pods` and every cgroup in it read, off the async threads.
     async fn read(self: &Arc<Self>, pods: Vec<Pod>) -> Reading {
         let this = self.clone();
         let at = tokio::time::Instant::now();
         tokio::task::spawn_blocking(move || {
             let plans = this.plan(&pods);
-            let keys: HashSet<String> = plans
+            let mut keys: HashSet<String> = plans
                 .iter()
                 .flat_map(|p| {
                     p.cgroup
@@ -462,6 +472,7 @@ impl StatsProvider {
                 })
                 .cloned()
                 .collect();
+            keys.extend(this.pods_key());
             let (samples, failed) = this.sample(&keys);
             Reading {
                 plans,
@@ -615,9 +626,24 @@ impl StatsProvider {
             })
             .collect();
 
+        // The kubelet's `pods` system container: the node allocatable cgroup, which
+        // the eviction manager's `allocatableMemory.available` is read from.
+        let system_containers = self
+            .pods_key()
+            .filter(|k| samples.contains_key(k))
+            .map(|k| ContainerStats {
+                name: SYSTEM_CONTAINER_PODS.into(),
+                start_time: None,
+                cpu: cpu(&k),
+                memory: memory(&k),
+                rootfs: None,
+                logs: None,
+            })
+            .into_iter()
+            .collect();
         let node = NodeStats {
             node_name: self.config.node_name.clone(),
-            system_containers: Vec::new(),
+            system_containers,
             start_time: self.boot_time(),
             cpu: cpu(NODE_KEY),
             memory: memory(NODE_KEY),
