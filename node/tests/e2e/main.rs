@@ -10,6 +10,7 @@ mod cgroups;
 mod cli;
 mod cluster;
 mod cri;
+mod eviction;
 mod idle;
 mod isolation;
 mod lifecycle;

@@ -1,0 +1,240 @@
+//! Node-pressure eviction on real cgroups, Wasm and busybox pods side by side.
+//!
+//! The node's allocatable memory is made small (`systemReserved` is all the machine
+//! but 1200 MiB, which is then the `kubepods` limit) and the hard threshold
+//! `memory.available<300Mi` is, as the kubelet derives it, also
+//! `allocatableMemory.available<300Mi`: pods holding more than 900 MiB together put
+//! the node under memory pressure, with 300 MiB left before the kernel's OOM killer
+//! would act. The signal counts only the pods' cgroups, so other tests running on the
+//! machine do not move it.
+
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::json;
+use wasmlet_testkit::containerd::{Containerd, images::BUSYBOX_IMAGE};
+
+use crate::cluster::*;
+use crate::*;
+
+const MIB: u64 = 1 << 20;
+/// The `kubepods` limit, and the allocatable the signal is a share of.
+const ALLOCATABLE: u64 = 1200 * MIB;
+
+fn mem_total() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kb: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// A Wasm memhog holding `mib` MiB, with `resources`.
+fn wasm_hog(name: &str, mib: u64, resources: serde_json::Value) -> Pod {
+    let mut pod = api_pod(name, "memhog");
+    let c = &mut pod.spec.as_mut().unwrap().containers[0];
+    c.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+        name: "MIB".into(),
+        value: Some(mib.to_string()),
+        ..Default::default()
+    }]);
+    c.resources = serde_json::from_value(resources).unwrap();
+    pod
+}
+
+/// A busybox pod holding `mib` MiB: dd's buffer, full of zeros read into it, held
+/// while dd waits on a pipe nobody reads.
+fn busybox_hog(name: &str, mib: u64, request: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": "default" },
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", format!("dd if=/dev/zero bs={mib}M count=1 2>/dev/null | sleep 3600")],
+                "resources": { "requests": { "memory": request } },
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+fn get(c: &Cluster, name: &str) -> Option<Pod> {
+    c.api.get::<Pod>(Some("default"), name)
+}
+
+fn running_pod(c: &Cluster, name: &str) {
+    wait(&format!("{name} to run"), LONG, || {
+        get(c, name).filter(|p| phase(p) == "Running")
+    });
+}
+
+fn status_of(p: &Pod) -> (String, String, String) {
+    let s = p.status.clone().unwrap_or_default();
+    (
+        s.phase.unwrap_or_default(),
+        s.reason.unwrap_or_default(),
+        s.message.unwrap_or_default(),
+    )
+}
+
+fn memory_pressure(c: &Cluster) -> Option<String> {
+    let node = c.api.get::<Node>(None, NODE)?;
+    node.status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == "MemoryPressure")
+        .map(|c| c.status)
+}
+
+/// The working set of the node allocatable cgroup, as the signal reads it.
+fn pods_working_set(node: &TestNode) -> u64 {
+    let dir = std::path::Path::new("/sys/fs/cgroup/memory")
+        .join(node.cgroup_root.trim_start_matches('/'))
+        .join("kubepods");
+    let usage: u64 = std::fs::read_to_string(dir.join("memory.usage_in_bytes"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let stat = std::fs::read_to_string(dir.join("memory.stat")).unwrap();
+    let inactive: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("total_inactive_file "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    usage.saturating_sub(inactive)
+}
+
+#[test]
+fn memory_pressure_evicts_best_effort_then_burstable_and_spares_guaranteed() {
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let c = cluster();
+    let reserved = (mem_total() - ALLOCATABLE) / 1024;
+    let mut opts = node_options(&c, &["memhog"]).with_cri(containerd.address());
+    opts.kubelet_config = format!(
+        "systemReserved: {{memory: {reserved}Ki}}\n\
+         evictionHard: {{memory.available: 300Mi}}\n\
+         evictionPressureTransitionPeriod: 20s\n"
+    );
+    opts.wasmlet_config = "  evictionMonitoringPeriod: 2s\n".into();
+    let mut node = start_with(opts);
+    wait("the Node to be Ready", LONG, || {
+        c.api.get::<Node>(None, NODE).filter(node_ready)
+    });
+    assert_eq!(memory_pressure(&c).as_deref(), Some("False"));
+
+    // Guaranteed, under its request; Burstable, a little over its request.
+    let guaranteed = json!({
+        "requests": {"memory": "256Mi", "cpu": "100m"},
+        "limits": {"memory": "256Mi", "cpu": "100m"},
+    });
+    c.api
+        .create(&wasm_hog("guaranteed", 100, guaranteed))
+        .unwrap();
+    c.api
+        .create(&busybox_hog("burstable", 150, "64Mi"))
+        .unwrap();
+    running_pod(&c, "guaranteed");
+    running_pod(&c, "burstable");
+    let base = wait("the two pods to hold their memory", LONG, || {
+        let ws = pods_working_set(&node);
+        (ws > 240 * MIB).then_some(ws)
+    });
+    eprintln!("pods hold {} MiB", base / MIB);
+    assert!(
+        base < 600 * MIB,
+        "{} MiB before the BestEffort pod",
+        base / MIB
+    );
+
+    // A BestEffort hog takes the pods to about 1050 MiB: past 900, short of 1200.
+    let hog = (1050 * MIB).saturating_sub(base) / MIB;
+    let crossed = Instant::now();
+    c.api
+        .create(&wasm_hog("best-effort", hog, json!({})))
+        .unwrap();
+    let evicted = wait("the BestEffort pod to be evicted", LONG, || {
+        get(&c, "best-effort").filter(|p| phase(p) == "Failed")
+    });
+    eprintln!(
+        "best-effort ({hog} MiB) evicted {:?} after it was created",
+        crossed.elapsed()
+    );
+    let (_, reason, message) = status_of(&evicted);
+    assert_eq!(reason, "Evicted", "{message}");
+    assert!(
+        message.starts_with(
+            "The node was low on resource: memory. Threshold quantity: 300Mi, available: "
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains("Container main was using ")
+            && message.contains("request is 0, has larger consumption of memory."),
+        "{message}"
+    );
+    assert!(
+        condition(&evicted, "DisruptionTarget").as_deref() == Some("True"),
+        "{:?}",
+        evicted.status
+    );
+    wait("MemoryPressure to be True", LONG, || {
+        (memory_pressure(&c).as_deref() == Some("True")).then_some(())
+    });
+
+    // Under memory pressure a BestEffort pod is refused; a Burstable one is admitted,
+    // and when it takes the pods past the threshold it is the one evicted (it is over
+    // its request by far more than the small Burstable pod), not the Guaranteed pod.
+    c.api.create(&wasm_hog("late", 10, json!({}))).unwrap();
+    let late = wait("the late BestEffort pod to be refused", LONG, || {
+        get(&c, "late").filter(|p| phase(p) == "Failed")
+    });
+    let (_, reason, message) = status_of(&late);
+    assert_eq!(
+        (reason.as_str(), message.as_str()),
+        ("Evicted", "The node had condition: [MemoryPressure]. ")
+    );
+    let base = pods_working_set(&node);
+    let big = (1050 * MIB).saturating_sub(base) / MIB;
+    c.api
+        .create(&busybox_hog("burstable-big", big, "64Mi"))
+        .unwrap();
+    let evicted = wait("the big Burstable pod to be evicted", LONG, || {
+        get(&c, "burstable-big").filter(|p| phase(p) == "Failed")
+    });
+    let (_, reason, message) = status_of(&evicted);
+    assert_eq!(reason, "Evicted", "{message}");
+    assert!(
+        message.contains("request is 64Mi, has larger consumption of memory."),
+        "{message}"
+    );
+
+    // The pressure ends after the transition period; the rest kept running.
+    wait("MemoryPressure to be False again", LONG, || {
+        (memory_pressure(&c).as_deref() == Some("False")).then_some(())
+    });
+    for name in ["guaranteed", "burstable"] {
+        let p = get(&c, name).unwrap();
+        assert_eq!(phase(&p), "Running", "{name}: {:?}", p.status);
+    }
+    assert!(node.is_running(), "{}", node.log());
+    let events = c
+        .api
+        .list::<k8s_openapi::api::core::v1::Event>(Some("default"));
+    assert!(
+        events.iter().any(|e| e.reason.as_deref() == Some("Evicted")
+            && e.involved_object.name.as_deref() == Some("best-effort")),
+        "no Evicted event: {events:?}"
+    );
+    drop(containerd);
+}
