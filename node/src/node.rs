@@ -477,6 +477,11 @@ async fn managers(
         pressure: pressure.clone(),
         evictions,
         memory_cgroups: memory_cgroups(container_manager.as_deref()),
+        plugin: plugins
+            .clone()
+            .zip(crate::plugins::eviction_plugin(&config.plugins)),
+        events: events.clone(),
+        node_name: config.node_name.clone(),
     };
     Managers {
         container_manager,

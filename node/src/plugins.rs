@@ -173,6 +173,41 @@ pub fn admission_plugins(config: &[wasmlet_plugin_host::PluginConfig]) -> Vec<St
         .collect()
 }
 
+/// The eviction plugin of a configuration: the first `eviction` one (a node ranks
+/// its candidates one way).
+pub fn eviction_plugin(config: &[wasmlet_plugin_host::PluginConfig]) -> Option<String> {
+    config
+        .iter()
+        .find(|p| p.world == World::Eviction)
+        .map(|p| p.name.clone())
+}
+
+/// Asks the eviction plugin `name` to order `pods` (already in the built-in order)
+/// for `signal`, each with its usage and request of the starved resource. The
+/// plugin's order, completed by the built-in one for pods it left out; `Err` with
+/// why when the call failed (the caller keeps the built-in order).
+pub async fn rank(
+    host: &PluginHost,
+    name: &str,
+    signal: &str,
+    pods: &[(&Pod, u64, u64)],
+) -> Result<Vec<usize>, String> {
+    let candidates: Vec<wasmlet_plugin_host::types::Candidate> = pods
+        .iter()
+        .map(
+            |(pod, usage, request)| wasmlet_plugin_host::types::Candidate {
+                pod: pod_info(pod),
+                usage: *usage,
+                request: *request,
+            },
+        )
+        .collect();
+    host.try_rank(name, signal, &candidates)
+        .await
+        .map(|order| order.into_iter().map(|i| i as usize).collect())
+        .map_err(|e| e.to_string())
+}
+
 /// Whether a pod already ran on a node: the API reports it Running or with a
 /// container that started. After a restart such pods are re-admitted by the built-in
 /// checks only, so a plugin that is slow, failing or changed does not stop what runs.

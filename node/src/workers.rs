@@ -220,6 +220,12 @@ async fn run_worker(
                         .instrument(span.clone())
                         .await;
                 }
+                // As the kubelet's SyncPod sets the status before it starts anything:
+                // a pod starting is Pending, and known to what reads the statuses (the
+                // eviction manager ranks what runs) while its containers start.
+                if syncs == 0 && statuses.status(&id).is_none() {
+                    statuses.set(pod.clone(), pod_status(&pod, &st, None));
+                }
                 let began = Instant::now();
                 let outcome = syncer.sync_pod(&pod, &mut st).instrument(span).await;
                 let kind = if syncs == 0 {

@@ -123,12 +123,9 @@ fn register(cgroup: &std::path::Path, usage: u64) -> io::Result<Registration> {
     let mut control = std::fs::OpenOptions::new()
         .write(true)
         .open(cgroup.join("cgroup.event_control"))?;
-    write!(
-        control,
-        "{} {} {usage}",
-        efd.as_raw_fd(),
-        usage_file.as_raw_fd()
-    )?;
+    // One write: the kernel parses each write(2) on its own.
+    let line = format!("{} {} {usage}", efd.as_raw_fd(), usage_file.as_raw_fd());
+    control.write_all(line.as_bytes())?;
     Ok(Registration {
         efd,
         _usage: usage_file,

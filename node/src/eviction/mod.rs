@@ -120,6 +120,11 @@ pub struct EvictionManager {
     /// The memory cgroups whose usage thresholds are watched, by signal (the root
     /// for `memory.available`, `kubepods` for `allocatableMemory.available`).
     pub memory_cgroups: Vec<(&'static str, std::path::PathBuf)>,
+    /// The eviction plugin that orders the candidates, if one is configured.
+    pub plugin: Option<(wasmlet_plugin_host::PluginHost, String)>,
+    /// For the event a failing plugin gets.
+    pub events: crate::cluster::events::EventRecorder,
+    pub node_name: String,
 }
 
 impl EvictionManager {
@@ -221,6 +226,12 @@ impl EvictionManager {
             })
             .collect();
         rank::rank(&mut candidates, resource);
+        let candidates = self.plugin_order(&threshold.signal, candidates).await;
+        let ranked: Vec<String> = candidates
+            .iter()
+            .map(|c| format!("{} ({:?} of {})", full_name(c.pod), c.usage, c.request))
+            .collect();
+        tracing::info!(pods = ?ranked, "eviction: pods ranked for eviction");
         for c in candidates {
             if rank::is_critical(c.pod) {
                 tracing::debug!(pod = %full_name(c.pod), "eviction: a critical pod is not evicted");
@@ -234,6 +245,44 @@ impl EvictionManager {
             }
         }
         Some(observations)
+    }
+
+    /// The eviction plugin's order of `candidates` (given in the built-in order); on
+    /// any failure of the plugin the built-in order, with a warning event on the node.
+    async fn plugin_order<'a>(
+        &self,
+        signal: &str,
+        candidates: Vec<rank::Candidate<'a>>,
+    ) -> Vec<rank::Candidate<'a>> {
+        let Some((host, name)) = &self.plugin else {
+            return candidates;
+        };
+        let pods: Vec<(&Pod, u64, u64)> = candidates
+            .iter()
+            .map(|c| (c.pod, c.usage.unwrap_or(0), c.request))
+            .collect();
+        match crate::plugins::rank(host, name, signal, &pods).await {
+            Ok(order) => {
+                let mut slots: Vec<Option<rank::Candidate<'a>>> =
+                    candidates.into_iter().map(Some).collect();
+                order
+                    .into_iter()
+                    .filter_map(|i| slots.get_mut(i)?.take())
+                    .collect()
+            }
+            Err(e) => {
+                let message =
+                    format!("eviction plugin {name} failed, so the built-in ranking is used: {e}");
+                tracing::warn!("{message}");
+                self.events.node(
+                    &self.node_name,
+                    crate::cluster::events::WARNING,
+                    "EvictionPluginFailed",
+                    &message,
+                );
+                candidates
+            }
+        }
     }
 
     /// Hands the eviction to the sync loop and waits for the pod to be stopped;

@@ -124,7 +124,8 @@ fn memory_pressure_evicts_best_effort_then_burstable_and_spares_guaranteed() {
     opts.kubelet_config = format!(
         "systemReserved: {{memory: {reserved}Ki}}\n\
          evictionHard: {{memory.available: 300Mi}}\n\
-         evictionPressureTransitionPeriod: 20s\n"
+         evictionPressureTransitionPeriod: 20s\n\
+         nodeStatusUpdateFrequency: 2s\n"
     );
     opts.wasmlet_config = "  evictionMonitoringPeriod: 2s\n".into();
     let mut node = start_with(opts);
@@ -206,6 +207,10 @@ fn memory_pressure_evicts_best_effort_then_burstable_and_spares_guaranteed() {
     );
     let base = pods_working_set(&node);
     let big = (1050 * MIB).saturating_sub(base) / MIB;
+    eprintln!(
+        "pods hold {} MiB after the eviction; the big Burstable pod takes {big} MiB",
+        base / MIB
+    );
     c.api
         .create(&busybox_hog("burstable-big", big, "64Mi"))
         .unwrap();
@@ -223,6 +228,9 @@ fn memory_pressure_evicts_best_effort_then_burstable_and_spares_guaranteed() {
     wait("MemoryPressure to be False again", LONG, || {
         (memory_pressure(&c).as_deref() == Some("False")).then_some(())
     });
+    for line in node.log().lines().filter(|l| l.contains("evict")) {
+        eprintln!("node: {line}");
+    }
     for name in ["guaranteed", "burstable"] {
         let p = get(&c, name).unwrap();
         assert_eq!(phase(&p), "Running", "{name}: {:?}", p.status);
@@ -237,4 +245,126 @@ fn memory_pressure_evicts_best_effort_then_burstable_and_spares_guaranteed() {
         "no Evicted event: {events:?}"
     );
     drop(containerd);
+}
+
+/// The machine's threads now (`/proc/loadavg`'s total, what `pid.available` counts).
+fn threads() -> i64 {
+    let raw = std::fs::read_to_string("/proc/loadavg").unwrap();
+    raw.split_whitespace()
+        .nth(3)
+        .and_then(|f| f.split('/').nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap()
+}
+
+fn pid_max() -> i64 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn condition_of(c: &Cluster, kind: &str) -> Option<String> {
+    let node = c.api.get::<Node>(None, NODE)?;
+    node.status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == kind)
+        .map(|c| c.status)
+}
+
+#[test]
+fn a_fork_bomb_stays_within_pod_pids_limit_and_pid_pressure_evicts_it() {
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let c = cluster();
+    let mut opts = node_options(&c, &[]).with_cri(containerd.address());
+    opts.kubelet_config =
+        "podPidsLimit: 200\nevictionPressureTransitionPeriod: 10s\nnodeStatusUpdateFrequency: 1s\n"
+            .into();
+    opts.wasmlet_config = "  evictionMonitoringPeriod: 1s\n".into();
+    // The threshold: 80 threads above what the machine runs now (the bomb adds about
+    // 200), set once the node runs; a node restart reads it.
+    let mut node = start_with(opts);
+    wait("the Node to be Ready", LONG, || {
+        c.api.get::<Node>(None, NODE).filter(node_ready)
+    });
+    let baseline = threads();
+    let threshold = pid_max() - baseline - 80;
+    let config = node.dir().join("config.yaml");
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        yaml.replacen(
+            "podPidsLimit: 200\n",
+            &format!("podPidsLimit: 200\nevictionHard: {{pid.available: \"{threshold}\"}}\n"),
+            1,
+        ),
+    )
+    .unwrap();
+    node.stop();
+    node.restart().unwrap();
+    wait("the Node to be Ready again", LONG, || {
+        c.api.get::<Node>(None, NODE).filter(node_ready)
+    });
+    assert_eq!(condition_of(&c, "PIDPressure").as_deref(), Some("False"));
+
+    let bomb: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": "bomb", "namespace": "default" },
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", "b() { b | b & }; b; sleep 3600"],
+                "resources": { "limits": { "cpu": "500m" } },
+            }],
+        },
+    }))
+    .unwrap();
+    c.api.create(&bomb).unwrap();
+    let pod = wait("the bomb pod to start", LONG, || {
+        get(&c, "bomb").filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .is_some()
+        })
+    });
+    let uid = pod.metadata.uid.clone().unwrap();
+    // Contained: the pod's pids cgroup never holds more than the limit.
+    let pids = std::path::Path::new("/sys/fs/cgroup/pids")
+        .join(node.cgroup_root.trim_start_matches('/'))
+        .join("kubepods/burstable")
+        .join(format!("pod{uid}"));
+    let mut most = 0u64;
+    let evicted = wait("the bomb to be evicted", LONG, || {
+        if let Ok(n) = std::fs::read_to_string(pids.join("pids.current")) {
+            most = most.max(n.trim().parse().unwrap_or(0));
+        }
+        get(&c, "bomb").filter(|p| phase(p) == "Failed")
+    });
+    eprintln!("the bomb held at most {most} pids (limit 200); {baseline} threads before it");
+    assert!(most <= 200, "{most} pids in the bomb's cgroup");
+    assert!(most > 80, "the bomb did not fork: {most}");
+    let (_, reason, message) = status_of(&evicted);
+    assert_eq!(reason, "Evicted", "{message}");
+    assert!(
+        message.starts_with(&format!(
+            "The node was low on resource: pids. Threshold quantity: {threshold}, available: "
+        )),
+        "{message}"
+    );
+    wait("PIDPressure to be True", LONG, || {
+        (condition_of(&c, "PIDPressure").as_deref() == Some("True")).then_some(())
+    });
+    wait("PIDPressure to be False again", LONG, || {
+        (condition_of(&c, "PIDPressure").as_deref() == Some("False")).then_some(())
+    });
+    assert!(node.is_running(), "{}", node.log());
 }
