@@ -368,3 +368,93 @@ fn a_fork_bomb_stays_within_pod_pids_limit_and_pid_pressure_evicts_it() {
     });
     assert!(node.is_running(), "{}", node.log());
 }
+
+/// A node whose allocatable memory is 1200 MiB with the 300 MiB threshold, Wasm pods
+/// only, and `plugins` as its `wasmlet.plugins`.
+fn pressure_node(c: &Cluster, plugins: &str) -> crate::Fixture {
+    let reserved = (mem_total() - ALLOCATABLE) / 1024;
+    let mut opts = node_options(c, &["memhog"]);
+    opts.kubelet_config = format!(
+        "systemReserved: {{memory: {reserved}Ki}}\n\
+         evictionHard: {{memory.available: 300Mi}}\n\
+         evictionPressureTransitionPeriod: 5s\n"
+    );
+    opts.wasmlet_config = format!("  evictionMonitoringPeriod: 1s\n  plugins:\n{plugins}");
+    let node = start_with(opts);
+    wait("the Node to be Ready", LONG, || {
+        c.api.get::<Node>(None, NODE).filter(node_ready)
+    });
+    node
+}
+
+/// Two BestEffort hogs, the larger in namespace `protected`: which one is evicted.
+fn evicted_of_two(c: &Cluster) -> String {
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "protected"}})).unwrap();
+    c.api.create(&ns).unwrap();
+    let mut keep = wasm_hog("keep", 650, json!({}));
+    keep.metadata.namespace = Some("protected".into());
+    c.api.create(&keep).unwrap();
+    wait("the protected hog to run", LONG, || {
+        c.api
+            .get::<Pod>(Some("protected"), "keep")
+            .filter(|p| phase(p) == "Running")
+    });
+    c.api.create(&wasm_hog("go", 350, json!({}))).unwrap();
+    wait("one hog to be evicted", LONG, || {
+        let go = get(c, "go").filter(|p| phase(p) == "Failed");
+        let keep = c
+            .api
+            .get::<Pod>(Some("protected"), "keep")
+            .filter(|p| phase(p) == "Failed");
+        match (go, keep) {
+            (Some(p), None) | (None, Some(p)) => {
+                assert_eq!(status_of(&p).1, "Evicted");
+                p.metadata.name
+            }
+            _ => None,
+        }
+    })
+}
+
+#[test]
+fn an_eviction_plugin_reorders_the_candidates_and_a_failing_one_falls_back() {
+    let built = wasmlet_testkit::images::ensure_plugins().expect("the example plugins build");
+    // The built-in order evicts the larger hog; priority-eviction protects its namespace.
+    let c = cluster();
+    let node = pressure_node(
+        &c,
+        &format!(
+            "  - name: rank\n    world: eviction\n    source: {{file: {}}}\n    settings: {{protect-namespaces: protected}}\n",
+            built["priority-eviction"].display()
+        ),
+    );
+    assert_eq!(evicted_of_two(&c), "go", "{}", node.log());
+    drop(node);
+
+    // A plugin that cannot rank (a probe plugin, not an eviction one): the built-in
+    // order, and an event that says so.
+    let c = cluster();
+    let node = pressure_node(
+        &c,
+        &format!(
+            "  - name: rank\n    world: eviction\n    source: {{file: {}}}\n",
+            built["hostile-trap"].display()
+        ),
+    );
+    assert_eq!(evicted_of_two(&c), "keep", "{}", node.log());
+    let events = c
+        .api
+        .list::<k8s_openapi::api::core::v1::Event>(Some("default"));
+    let failed = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("EvictionPluginFailed"))
+        .unwrap_or_else(|| panic!("no EvictionPluginFailed event: {events:?}"));
+    assert_eq!(failed.involved_object.kind.as_deref(), Some("Node"));
+    assert!(
+        failed.message.as_deref().is_some_and(
+            |m| m.contains("eviction plugin rank failed, so the built-in ranking is used")
+        ),
+        "{failed:?}"
+    );
+}
