@@ -8,10 +8,14 @@
 //! `Evicted` and the kubelet's message, and the manager waits for it to be stopped
 //! (up to 30 s) before its next pass.
 //!
+//! Before thresholds, every pass enforces local ephemeral-storage limits and emptyDir
+//! `sizeLimit` ([`local`]). An eviction plugin, when configured, orders the
+//! candidates; the built-in ranking stands when it fails.
+//!
 //! Not here yet: node-level reclaim before eviction for disk signals (image and
-//! container GC), local ephemeral-storage limits and emptyDir `sizeLimit`, and
-//! eviction-policy plugins (`docs/status.md`, issue 17).
+//! container GC; `docs/status.md`, issue 17).
 
+pub mod local;
 pub mod memcg;
 pub mod rank;
 pub mod signals;
@@ -202,6 +206,19 @@ impl EvictionManager {
             tracing::info!(conditions = ?pass.conditions, "eviction: node pressure");
         }
         self.pressure.set(pass.conditions);
+        let stats_of = |p: &Pod| summary.pods.iter().find(|s| s.pod_ref.uid == uid(p));
+        // Local storage limits first, as the kubelet's: every pod over one goes, and
+        // then nothing else this pass.
+        let mut over_limits = false;
+        for p in pods.iter().filter(|p| !rank::is_critical(p)) {
+            if let Some(message) = stats_of(p).and_then(|s| local::violation(p, s)) {
+                over_limits = true;
+                self.evict(p, Duration::ZERO, message, cancel).await;
+            }
+        }
+        if over_limits {
+            return Some(observations);
+        }
         let mut act_on = pass.act_on;
         if act_on.is_empty() {
             return Some(observations);
@@ -216,7 +233,6 @@ impl EvictionManager {
             "eviction: threshold met, evicting a pod to reclaim {}",
             resource.name()
         );
-        let stats_of = |p: &Pod| summary.pods.iter().find(|s| s.pod_ref.uid == uid(p));
         let mut candidates: Vec<rank::Candidate<'_>> = pods
             .iter()
             .map(|p| rank::Candidate {

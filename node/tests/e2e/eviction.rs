@@ -458,3 +458,66 @@ fn an_eviction_plugin_reorders_the_candidates_and_a_failing_one_falls_back() {
         "{failed:?}"
     );
 }
+
+/// A busybox pod running `script` with an emptyDir `data` of `size_limit`.
+fn busybox_with_empty_dir(name: &str, script: &str, size_limit: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": "default" },
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", script],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            }],
+            "volumes": [{"name": "data", "emptyDir": {"sizeLimit": size_limit}}],
+        },
+    }))
+    .unwrap()
+}
+
+#[test]
+fn an_empty_dir_over_its_size_limit_gets_its_pod_evicted() {
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let c = cluster();
+    let mut opts = node_options(&c, &[]).with_cri(containerd.address());
+    opts.kubelet_config = "volumeStatsAggPeriod: 1s\n".into();
+    opts.wasmlet_config = "  evictionMonitoringPeriod: 1s\n".into();
+    let _node = start_with(opts);
+    wait("the Node to be Ready", LONG, || {
+        c.api.get::<Node>(None, NODE).filter(node_ready)
+    });
+    let write =
+        |mib: u32| format!("dd if=/dev/zero of=/data/f bs=1M count={mib} 2>/dev/null; sleep 3600");
+    c.api
+        .create(&busybox_with_empty_dir("filler", &write(4), "1Mi"))
+        .unwrap();
+    c.api
+        .create(&busybox_with_empty_dir("within", &write(1), "4Mi"))
+        .unwrap();
+    let evicted = wait("the filler to be evicted", LONG, || {
+        get(&c, "filler").filter(|p| phase(p) == "Failed")
+    });
+    let (_, reason, message) = status_of(&evicted);
+    assert_eq!(
+        (reason.as_str(), message.as_str()),
+        (
+            "Evicted",
+            "Usage of EmptyDir volume \"data\" exceeds the limit \"1Mi\". "
+        )
+    );
+    // The pod within its limit runs on through the passes after (one a second).
+    running_pod(&c, "within");
+    let since = Instant::now();
+    wait("three seconds of passes", LONG, || {
+        let within = get(&c, "within").unwrap();
+        assert_eq!(phase(&within), "Running", "{:?}", within.status);
+        (since.elapsed() > std::time::Duration::from_secs(3)).then_some(())
+    });
+}
