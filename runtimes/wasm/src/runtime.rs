@@ -777,6 +777,22 @@ fn cgroup_error(e: cgroup::Error) -> Error {
     }
 }
 
+/// Removes the compile cache's artifacts of the Wasm binary `digest` (one per engine
+/// configuration: `<hex>-<engine hash>.cwasm`).
+fn remove_compiled(cache_dir: &std::path::Path, digest: &str) {
+    let prefix = format!("{}-", digest.trim_start_matches("sha256:"));
+    for entry in std::fs::read_dir(cache_dir).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(&prefix)
+            && name.ends_with(".cwasm")
+            && let Err(e) = std::fs::remove_file(entry.path())
+        {
+            tracing::warn!(path = %entry.path().display(), "removing a compiled artifact: {e}");
+        }
+    }
+}
+
 fn image_error(image: &str, e: ImageError) -> Error {
     match e {
         ImageError::NotFound(_) => Error::not_found("image", image),
@@ -1331,12 +1347,24 @@ impl Runtime for WasmRuntime {
         Ok(Vec::new())
     }
 
+    /// Removes the image and, once no image left holds its Wasm binary, the binary's
+    /// compiled artifacts in the compile cache (image GC reclaims both).
     async fn remove_image(&self, image: &str) -> Result<()> {
-        self.inner
-            .images
-            .remove(image)
-            .map(drop)
-            .map_err(|e| image_error(image, e))
+        let images = &self.inner.images;
+        let digest = images.resolve(image).ok().map(|e| e.image.wasm_digest);
+        images.remove(image).map_err(|e| image_error(image, e))?;
+        let Some(digest) = digest else {
+            return Ok(());
+        };
+        let still_held = images
+            .list()
+            .map_err(|e| image_error(image, e))?
+            .iter()
+            .any(|e| e.image.wasm_digest == digest);
+        if !still_held {
+            remove_compiled(&self.inner.config.compile_cache_dir, &digest);
+        }
+        Ok(())
     }
 
     /// Runs `command` as a new instance of the container's own program in its sandbox

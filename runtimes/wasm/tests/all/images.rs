@@ -219,18 +219,38 @@ async fn remove_image_drops_the_reference_and_collects_unshared_blobs() -> Resul
         image.blobs.iter().all(|d| !store.blob_path(d).exists())
     };
     assert!(all_blobs(&hello) && all_blobs(&component));
+    // Compiled artifacts of both binaries, as the engine caches them.
+    let cache = fx.path().join("compile-cache");
+    std::fs::create_dir_all(&cache)?;
+    let compiled = |digest: &str| {
+        cache.join(format!(
+            "{}-00000000000000ab.cwasm",
+            digest.trim_start_matches("sha256:")
+        ))
+    };
+    std::fs::write(compiled(&hello.wasm_digest), b"compiled")?;
+    std::fs::write(compiled(&component.wasm_digest), b"compiled")?;
 
     // The mirror's blobs are hello's: removing one name keeps them for the other.
     fx.runtime.remove_image(mirror).await?;
     assert_eq!(fx.runtime.image_status(mirror).await?, None);
     assert!(store.resolve(&example_ref("hello")).is_ok());
     assert!(all_blobs(&hello), "blobs still referenced were deleted");
+    assert!(
+        compiled(&hello.wasm_digest).exists(),
+        "hello still holds the binary"
+    );
 
     fx.runtime.remove_image(&example_ref("hello")).await?;
     assert_eq!(fx.runtime.image_status(&example_ref("hello")).await?, None);
     assert!(!store.blob_path(&hello.wasm_digest).exists());
     assert!(no_blobs(&hello), "hello's blobs were not collected");
     assert!(all_blobs(&component), "another image's blobs were deleted");
+    assert!(
+        !compiled(&hello.wasm_digest).exists(),
+        "the compiled artifact stayed"
+    );
+    assert!(compiled(&component.wasm_digest).exists());
     // Idempotent.
     fx.runtime.remove_image(&example_ref("hello")).await?;
 
@@ -238,6 +258,7 @@ async fn remove_image_drops_the_reference_and_collects_unshared_blobs() -> Resul
     fx.runtime.remove_image(&component.manifest_digest).await?;
     assert_eq!(fx.runtime.list_images().await?, []);
     assert_eq!(stored_blobs(store), Vec::<String>::new());
+    assert!(!compiled(&component.wasm_digest).exists());
     Ok(())
 }
 
