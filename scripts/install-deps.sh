@@ -8,10 +8,12 @@
 #   containerd runc                   the real CRI runtime tests run a private instance of
 #   containernetworking-plugins       CNI plugins (bridge, host-local, loopback) in /usr/lib/cni
 #   busybox-static                    /bin/busybox, the test container images' only binary
+#   e2fsprogs mount                   mkfs.ext4 and loop mounts: the disk-pressure tests'
+#                                     small filesystems
 set -euo pipefail
 
 packages=(rustc-web cargo-web rust-web-src lld-19 wasi-libc
-          containerd runc containernetworking-plugins busybox-static)
+          containerd runc containernetworking-plugins busybox-static e2fsprogs mount)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -173,6 +173,14 @@ struct KubeletConfiguration {
     eviction_max_pod_grace_period: Option<i64>,
     eviction_pressure_transition_period: Option<String>,
     kernel_memcg_notification: Option<bool>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    image_gc_high_threshold_percent: Option<i64>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    image_gc_low_threshold_percent: Option<i64>,
+    #[serde(rename = "imageMinimumGCAge")]
+    image_minimum_gc_age: Option<String>,
+    #[serde(rename = "imageMaximumGCAge")]
+    image_maximum_gc_age: Option<String>,
     #[serde(rename = "staticPodURL")]
     static_pod_url: Option<String>,
     #[serde(rename = "staticPodURLHeader")]
@@ -225,6 +233,9 @@ struct WasmletSection {
     pleg_relist_period: Option<String>,
     /// How often the eviction manager observes its signals (the kubelet's fixed 10 s).
     eviction_monitoring_period: Option<String>,
+    /// How often image GC runs (the kubelet's fixed 5 m).
+    #[serde(rename = "imageGCPeriod")]
+    image_gc_period: Option<String>,
     /// RuntimeClass name -> handler. `wasmtime` is always there.
     runtime_handlers: Option<BTreeMap<String, String>>,
     /// The node's Wasm plugins (`docs/plugins.md`).
@@ -305,6 +316,8 @@ pub struct NodeConfig {
     pub reservations: crate::allocatable::Reservations,
     /// The eviction manager's thresholds and timings.
     pub eviction: crate::thresholds::EvictionConfig,
+    /// Image garbage collection.
+    pub image_gc: crate::images::ImageGcPolicy,
     /// Membership of a cluster; `None` runs standalone.
     pub cluster: Option<ClusterSettings>,
     /// The HTTP manifest source.
@@ -419,6 +432,7 @@ impl NodeFlags {
             cgroups.as_ref(),
             &mut errors,
         );
+        let image_gc = sections::image_gc(&file, &section, &mut errors);
         let node_name = self.node_name(&mut errors);
         let cri = self.cri(&file, timing.runtime_request_timeout);
         let (plugins, runtime_handlers) =
@@ -462,6 +476,7 @@ impl NodeFlags {
             dns,
             reservations,
             eviction,
+            image_gc,
             cluster,
             manifest_url,
             sandbox_program: sandbox.program,

@@ -19,6 +19,7 @@ pub mod env;
 pub mod eviction;
 pub mod hooks;
 pub mod http_get;
+pub mod images;
 pub mod kuberuntime;
 pub mod logs;
 pub mod machine;

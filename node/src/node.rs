@@ -133,6 +133,8 @@ struct Managers {
     /// The eviction manager, to start, and where its evictions reach the sync loop.
     eviction: Option<crate::eviction::EvictionManager>,
     evictions_rx: Option<mpsc::Receiver<crate::eviction::Eviction>>,
+    /// Image garbage collection, to start.
+    image_gc: Arc<crate::images::ImageGc>,
 }
 
 /// An HTTP server, bound when the node runs.
@@ -468,6 +470,10 @@ async fn managers(
     ));
     let pressure = crate::eviction::Pressure::default();
     let (evictions, evictions_rx) = mpsc::channel(4);
+    let image_gc = Arc::new(crate::images::ImageGc::new(
+        config.image_gc.clone(),
+        runtimes.router.clone(),
+    ));
     let eviction = crate::eviction::EvictionManager {
         config: config.eviction.clone(),
         stats: stats.clone(),
@@ -477,6 +483,8 @@ async fn managers(
         pressure: pressure.clone(),
         evictions,
         memory_cgroups: memory_cgroups(container_manager.as_deref()),
+        image_gc: Some(image_gc.clone()),
+        root_dir: config.root_dir.clone(),
         plugin: plugins
             .clone()
             .zip(crate::plugins::eviction_plugin(&config.plugins)),
@@ -502,6 +510,7 @@ async fn managers(
         pressure,
         eviction: Some(eviction),
         evictions_rx: Some(evictions_rx),
+        image_gc,
     }
 }
 

@@ -618,6 +618,63 @@ pub(super) fn eviction(
     config
 }
 
+/// Image GC: `imageGCHighThresholdPercent`, `imageGCLowThresholdPercent`,
+/// `imageMinimumGCAge`, `imageMaximumGCAge`, and `wasmlet.imageGCPeriod`.
+pub(super) fn image_gc(
+    file: &KubeletConfiguration,
+    section: &WasmletSection,
+    errors: &mut Vec<String>,
+) -> crate::images::ImageGcPolicy {
+    let d = crate::images::ImageGcPolicy::default();
+    let mut percent = |name: &str, v: Option<i64>, default: u8| match v {
+        None => default,
+        Some(p @ 0..=100) => p as u8,
+        Some(p) => {
+            errors.push(format!("{name}: {p} is not between 0 and 100"));
+            default
+        }
+    };
+    let high = percent(
+        "imageGCHighThresholdPercent",
+        file.image_gc_high_threshold_percent,
+        d.high_threshold_percent,
+    );
+    let low = percent(
+        "imageGCLowThresholdPercent",
+        file.image_gc_low_threshold_percent,
+        d.low_threshold_percent,
+    );
+    let policy = crate::images::ImageGcPolicy {
+        high_threshold_percent: high,
+        low_threshold_percent: low,
+        min_age: duration_of(
+            errors,
+            "imageMinimumGCAge",
+            file.image_minimum_gc_age.as_ref(),
+            d.min_age,
+        ),
+        max_age: duration_of(
+            errors,
+            "imageMaximumGCAge",
+            file.image_maximum_gc_age.as_ref(),
+            d.max_age,
+        ),
+        period: duration_of(
+            errors,
+            "wasmlet.imageGCPeriod",
+            section.image_gc_period.as_ref(),
+            d.period,
+        ),
+    };
+    if let Err(e) = policy.check() {
+        errors.push(e);
+    }
+    if policy.period.is_zero() {
+        errors.push("wasmlet.imageGCPeriod: must be above zero".into());
+    }
+    policy
+}
+
 /// wasmlet's own section: its plugins (validated) and its RuntimeClass handlers
 /// (`wasmtime` always; any other needs a CRI runtime).
 pub(super) fn wasmlet_section(

@@ -34,7 +34,7 @@ use crate::pod::{full_name, uid};
 use crate::router::RuntimeRouter;
 use crate::stats::{Detail, StatsProvider};
 use crate::status::StatusStore;
-use crate::thresholds::{EvictionConfig, EvictionThreshold, MEMORY_PRESSURE};
+use crate::thresholds::{EvictionConfig, EvictionThreshold, MEMORY_PRESSURE, Resource};
 use signals::{Observations, Tracker, by_priority, observe};
 
 pub use crate::thresholds::EVICTED as REASON;
@@ -124,6 +124,10 @@ pub struct EvictionManager {
     /// The memory cgroups whose usage thresholds are watched, by signal (the root
     /// for `memory.available`, `kubepods` for `allocatableMemory.available`).
     pub memory_cgroups: Vec<(&'static str, std::path::PathBuf)>,
+    /// Image GC, for node-level reclaim before a disk eviction.
+    pub image_gc: Option<Arc<crate::images::ImageGc>>,
+    /// The node's root directory: its filesystem is nodefs.
+    pub root_dir: std::path::PathBuf,
     /// The eviction plugin that orders the candidates, if one is configured.
     pub plugin: Option<(wasmlet_plugin_host::PluginHost, String)>,
     /// For the event a failing plugin gets.
@@ -226,6 +230,26 @@ impl EvictionManager {
         by_priority(&mut act_on);
         let threshold = &act_on[0];
         let (resource, _) = threshold.meaning();
+        // Disk: node-level reclaim first (every unused image), and no eviction if that
+        // was enough (the kubelet's reclaimNodeLevelResources).
+        if matches!(resource, Resource::EphemeralStorage | Resource::Inodes)
+            && let Some(gc) = &self.image_gc
+        {
+            // nodefs: the images kept on the root directory's filesystem (the Wasm
+            // store); imagefs and containerfs: the runtimes' own.
+            let on = threshold
+                .signal
+                .starts_with("nodefs.")
+                .then_some(self.root_dir.as_path());
+            let freed = gc.delete_unused_on(on).await;
+            let (summary, _) = self.stats.summary(&pods, &runtimes, Detail::Full).await;
+            let after = observe(&summary, self.allocatable_memory);
+            let still = signals::thresholds_met(&act_on, &after, false);
+            tracing::info!(freed, signal = %threshold.signal, relieved = still.is_empty(), "eviction: reclaimed unused images before evicting");
+            if still.is_empty() {
+                return Some(after);
+            }
+        }
         let observed = observations.get(threshold.signal.as_str()).copied();
         tracing::warn!(
             signal = %threshold.signal,

@@ -48,6 +48,10 @@ impl Node {
         {
             tasks.spawn("container log manager", logs.run(cancel.clone()));
         }
+        tasks.spawn(
+            "image garbage collector",
+            managers.image_gc.clone().run(cancel.clone()),
+        );
         if let Some(eviction) = managers.eviction.take() {
             tasks.spawn("eviction manager", eviction.run(cancel.clone()));
         }

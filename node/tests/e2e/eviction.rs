@@ -521,3 +521,142 @@ fn an_empty_dir_over_its_size_limit_gets_its_pod_evicted() {
         (since.elapsed() > std::time::Duration::from_secs(3)).then_some(())
     });
 }
+
+/// A small ext4 filesystem on a loop device, mounted for the test and unmounted when
+/// dropped.
+struct LoopFs {
+    dir: tempfile::TempDir,
+}
+
+impl LoopFs {
+    fn new(mib: u64) -> LoopFs {
+        let dir = tempfile::Builder::new()
+            .prefix("wasmlet-e2e-loopfs-")
+            .tempdir()
+            .unwrap();
+        let image = dir.path().join("fs.img");
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(mib * MIB)
+            .unwrap();
+        let run = |cmd: &mut std::process::Command| {
+            let out = cmd.output().unwrap();
+            assert!(
+                out.status.success(),
+                "{cmd:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        run(std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(&image));
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        run(std::process::Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&image)
+            .arg(&mnt));
+        LoopFs { dir }
+    }
+
+    fn path(&self) -> std::path::PathBuf {
+        self.dir.path().join("mnt")
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.path())
+            .status();
+    }
+}
+
+fn node_images(c: &Cluster) -> Vec<String> {
+    c.api
+        .get::<Node>(None, NODE)
+        .and_then(|n| n.status?.images)
+        .into_iter()
+        .flatten()
+        .flat_map(|i| i.names.unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn disk_pressure_reclaims_unused_images_then_evicts_the_heaviest_consumer() {
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    // The node's root dir (with the Wasm image store) and pod logs on 64 MiB.
+    let fs = LoopFs::new(64);
+    let c = cluster();
+    let mut opts = node_options(&c, &["ticker", "memhog", "httpd"]).with_cri(containerd.address());
+    opts.base_dir = Some(fs.path());
+    opts.kubelet_config = "evictionHard: {memory.available: 100Mi, nodefs.available: 40%}\n\
+         evictionPressureTransitionPeriod: 20s\n\
+         imageMinimumGCAge: 0s\n\
+         volumeStatsAggPeriod: 1s\n\
+         nodeStatusUpdateFrequency: 1s\n"
+        .into();
+    opts.wasmlet_config = "  evictionMonitoringPeriod: 1s\n".into();
+    let node = start_with(opts);
+    wait("the Node to be Ready", LONG, || {
+        c.api.get::<Node>(None, NODE).filter(node_ready)
+    });
+    let memhog = image("memhog");
+    wait("the node to report its images", LONG, || {
+        node_images(&c).iter().any(|n| n == &memhog).then_some(())
+    });
+    assert_eq!(condition_of(&c, "DiskPressure").as_deref(), Some("False"));
+
+    // A Wasm pod keeps the ticker image in use; a light and a heavy writer fill
+    // emptyDirs on the node's filesystem, the heavy one past 40 % left.
+    c.api.create(&api_pod("tick", "ticker")).unwrap();
+    running_pod(&c, "tick");
+    let write =
+        |mib: u32| format!("dd if=/dev/zero of=/data/f bs=1M count={mib} 2>/dev/null; sleep 3600");
+    c.api
+        .create(&busybox_with_empty_dir("light", &write(2), "64Mi"))
+        .unwrap();
+    running_pod(&c, "light");
+    c.api
+        .create(&busybox_with_empty_dir("heavy", &write(40), "64Mi"))
+        .unwrap();
+    let evicted = wait("the heavy writer to be evicted", LONG, || {
+        get(&c, "heavy").filter(|p| phase(p) == "Failed")
+    });
+    let (_, reason, message) = status_of(&evicted);
+    assert_eq!(reason, "Evicted", "{message}");
+    assert!(
+        message
+            .starts_with("The node was low on resource: ephemeral-storage. Threshold quantity: "),
+        "{message}"
+    );
+    // Unused images went first; the one in use stayed.
+    wait("the unused images to be gone", LONG, || {
+        let images = node_images(&c);
+        (!images.iter().any(|n| n == &memhog)).then_some(images)
+    });
+    assert!(node_images(&c).contains(&image("ticker")));
+    // Under disk pressure no pod is admitted; then it ends, the rest kept running.
+    wait("DiskPressure to be True", LONG, || {
+        (condition_of(&c, "DiskPressure").as_deref() == Some("True")).then_some(())
+    });
+    c.api.create(&api_pod("late", "ticker")).unwrap();
+    let late = wait("the late pod to be refused", LONG, || {
+        get(&c, "late").filter(|p| phase(p) == "Failed")
+    });
+    assert_eq!(
+        status_of(&late).2,
+        "The node had condition: [DiskPressure]. "
+    );
+    wait("DiskPressure to be False again", LONG, || {
+        (condition_of(&c, "DiskPressure").as_deref() == Some("False")).then_some(())
+    });
+    for name in ["tick", "light"] {
+        let p = get(&c, name).unwrap();
+        assert_eq!(phase(&p), "Running", "{name}: {:?}", p.status);
+    }
+    drop(node);
+    drop(fs);
+}

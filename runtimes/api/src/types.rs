@@ -281,6 +281,9 @@ pub struct Image {
     pub uid: Option<i64>,
     /// The image's user when it is not numeric.
     pub username: String,
+    /// Pinned by the runtime (its sandbox image): image GC never removes it.
+    #[serde(default)]
+    pub pinned: bool,
 }
 
 /// The outcome of [`crate::Runtime::exec_sync`].

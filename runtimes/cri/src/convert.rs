@@ -396,6 +396,7 @@ pub(crate) fn image(i: cri::Image) -> Image {
         size: i.size,
         uid: i.uid.map(|u| u.value),
         username: i.username,
+        pinned: i.pinned,
     }
 }
 

@@ -1314,6 +1314,7 @@ impl Runtime for WasmRuntime {
                     // A Wasm guest has no user of its own.
                     uid: None,
                     username: String::new(),
+                    pinned: false,
                 });
             let repo = wasmlet_runtime::reference::repository(&e.reference).to_owned();
             image.repo_tags.push(e.reference);

@@ -511,6 +511,7 @@ impl FakeRuntime {
                 size: 1024,
                 uid: None,
                 username: String::new(),
+                pinned: false,
             },
         );
     }

@@ -35,6 +35,9 @@ pub struct NodeOptions {
     /// Whether the node watches its manifest directory (`--pod-manifest-path`); the
     /// directory is made either way.
     pub static_pods: bool,
+    /// Where the node's directory (its root dir, pod logs, manifests) is made: the
+    /// system's temporary directory by default (a test's small filesystem, say).
+    pub base_dir: Option<PathBuf>,
 }
 
 impl NodeOptions {
@@ -62,6 +65,7 @@ impl Default for NodeOptions {
             kubelet_config: String::new(),
             wasmlet_config: String::new(),
             static_pods: true,
+            base_dir: None,
         }
     }
 }
@@ -230,7 +234,12 @@ pub fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T>
 impl TestNode {
     /// Starts `binary` and waits until it serves `/healthz`.
     pub fn start(binary: &Path, opts: NodeOptions) -> Result<Self> {
-        let dir = tempfile::Builder::new().prefix("wasmlet-e2e-").tempdir()?;
+        let dir = match &opts.base_dir {
+            Some(base) => tempfile::Builder::new()
+                .prefix("wasmlet-e2e-")
+                .tempdir_in(base)?,
+            None => tempfile::Builder::new().prefix("wasmlet-e2e-").tempdir()?,
+        };
         let manifests = dir.path().join("manifests");
         let root = dir.path().join("root");
         let logs = dir.path().join("pods");
