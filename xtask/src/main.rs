@@ -71,6 +71,16 @@ enum Bench {
         #[arg(long)]
         debug: bool,
     },
+    /// Memory threshold crossed -> victim stopped, with memcg threshold
+    /// notifications and by 10 s polling.
+    Eviction {
+        /// Rounds per mode.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Build and run the debug binary instead of the release one.
+        #[arg(long)]
+        debug: bool,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -94,6 +104,9 @@ fn main() -> anyhow::Result<()> {
         Task::Bench {
             bench: Bench::Idle { seconds, debug },
         } => bench::idle(seconds, debug),
+        Task::Bench {
+            bench: Bench::Eviction { rounds, debug },
+        } => bench::eviction(rounds, debug),
     }
 }
 

@@ -198,7 +198,7 @@ impl EvictionManager {
     ) -> Option<Observations> {
         let pods = self.active_pods();
         let runtimes = self.router.runtimes();
-        let (summary, _) = self.stats.summary(&pods, &runtimes, Detail::Full).await;
+        let (summary, _) = self.stats.summary(&pods, &runtimes, Detail::Signals).await;
         let observations = observe(&summary, self.allocatable_memory);
         let pass = tracker.observe(
             &self.config.thresholds,
@@ -242,7 +242,7 @@ impl EvictionManager {
                 .starts_with("nodefs.")
                 .then_some(self.root_dir.as_path());
             let freed = gc.delete_unused_on(on).await;
-            let (summary, _) = self.stats.summary(&pods, &runtimes, Detail::Full).await;
+            let (summary, _) = self.stats.summary(&pods, &runtimes, Detail::Signals).await;
             let after = observe(&summary, self.allocatable_memory);
             let still = signals::thresholds_met(&act_on, &after, false);
             tracing::info!(freed, signal = %threshold.signal, relieved = still.is_empty(), "eviction: reclaimed unused images before evicting");

@@ -132,6 +132,10 @@ pub struct StatsConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Detail {
     Full,
+    /// [`Detail::Full`]'s figures without waiting for a CPU rate of a cgroup read for
+    /// the first time (the eviction manager's: it reads no CPU, and a memory
+    /// threshold is acted on at once).
+    Signals,
     /// [`Summary::cpu_and_memory_only`]'s fields (`?only_cpu_and_memory=true`,
     /// `/metrics/resource`): networks, filesystems, the image filesystem and rlimit
     /// are not read at all.
@@ -501,14 +505,15 @@ impl StatsProvider {
         runtimes: &[Arc<dyn Runtime>],
         detail: Detail,
     ) -> (Summary, bool) {
-        let full = detail == Detail::Full;
+        let full = matches!(detail, Detail::Full | Detail::Signals);
         let mut reading = self.read(pods.to_vec()).await;
         // A cgroup read for the first time: read everything again a window later,
         // so that it has a rate too.
-        let new = reading
-            .samples
-            .iter()
-            .any(|(k, s)| s.cpu_usage_ns.is_some() && !self.rates.has(k));
+        let new = detail != Detail::Signals
+            && reading
+                .samples
+                .iter()
+                .any(|(k, s)| s.cpu_usage_ns.is_some() && !self.rates.has(k));
         if new {
             for (k, s) in &reading.samples {
                 if let Some(ns) = s.cpu_usage_ns {
@@ -657,7 +662,7 @@ impl StatsProvider {
             pods: pod_stats,
         };
         match detail {
-            Detail::Full => {
+            Detail::Full | Detail::Signals => {
                 let n = &mut summary.node;
                 n.network = self.network("net", None, now);
                 n.fs = disk.root_fs.clone();

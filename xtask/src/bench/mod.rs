@@ -5,7 +5,8 @@
 //! through a private containerd ([`Runtime::Cri`]), where it also measures
 //! `ctr run` of the same image on the same containerd as a lower bound.
 //! `bench idle` ([`idle::idle`]) measures an idle node's own CPU and RSS per pod
-//! source.
+//! source. `bench eviction` ([`eviction::eviction`]) measures how soon a pod crossing
+//! a memory threshold is stopped, with memcg notifications and by polling.
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -18,7 +19,9 @@ use wasmlet_testkit::containerd::{Containerd, SNAPSHOTTER};
 use wasmlet_testkit::images;
 use wasmlet_testkit::node::{NodeOptions, TestNode, poll, rss_kib, tail};
 
+mod eviction;
 mod idle;
+pub use eviction::eviction;
 pub use idle::idle;
 
 /// `bench plugin-call`: builds the example plugins, then runs the host's
