@@ -529,7 +529,23 @@ impl SyncLoop {
         }
         let router = self.router.clone();
         let flag = self.housekeeping_running.clone();
+        let logs_dir = self.syncer.pod_logs_dir.clone();
+        // A pod's logs stay while any source has it, finished or refused.
+        let mut with_logs = live.clone();
+        with_logs.extend(self.config.uids().map(str::to_owned));
         self.workers.tasks().spawn(async move {
+            // Container GC's share: the log directories of pods gone.
+            let gone_logs = {
+                let live = with_logs;
+                tokio::task::spawn_blocking(move || {
+                    crate::kuberuntime::gc::remove_pod_log_dirs(&logs_dir, &live)
+                })
+                .await
+                .unwrap_or_default()
+            };
+            for dir in gone_logs {
+                tracing::info!(dir = %dir, "container GC: removed the log directory of a pod gone");
+            }
             for runtime in router.runtimes() {
                 let sandboxes = match runtime.list_pod_sandboxes().await {
                     Ok(sandboxes) => sandboxes,
@@ -543,6 +559,13 @@ impl SyncLoop {
                         continue;
                     }
                 };
+                // Container GC's share: dead sandboxes of pods that run in a newer one.
+                for sb in crate::kuberuntime::gc::stale_sandboxes(&sandboxes, &live) {
+                    tracing::info!(sandbox = %sb.id, "container GC: removing a dead sandbox of a pod that runs in a newer one");
+                    if let Err(e) = runtime.remove_pod_sandbox(&sb.id).await {
+                        tracing::warn!(sandbox = %sb.id, "removing a dead sandbox: {e}");
+                    }
+                }
                 for sb in sandboxes {
                     let owner = sb.labels.get(labels::POD_UID).cloned().unwrap_or_default();
                     if known.contains(&owner) || active.contains(&owner) {

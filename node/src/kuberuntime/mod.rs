@@ -6,6 +6,7 @@ pub mod actions;
 mod adoption;
 mod container_config;
 mod containers;
+pub mod gc;
 mod images;
 pub mod instrumented;
 mod sandbox;

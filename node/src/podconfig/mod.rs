@@ -69,6 +69,13 @@ impl PodConfig {
         sources.all(|s| self.sources.contains_key(s))
     }
 
+    /// The UIDs of every pod some source has now, finished or not.
+    pub fn uids(&self) -> impl Iterator<Item = &str> {
+        self.sources
+            .values()
+            .flat_map(|pods| pods.keys().map(String::as_str))
+    }
+
     /// Takes a source's new snapshot and returns the updates it implies, in the order
     /// the sync loop should apply them: deletes first, then adds, updates, reconciles.
     pub fn merge(&mut self, snapshot: SourceSnapshot) -> Vec<PodUpdate> {

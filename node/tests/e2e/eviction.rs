@@ -489,7 +489,7 @@ fn an_empty_dir_over_its_size_limit_gets_its_pod_evicted() {
     let mut opts = node_options(&c, &[]).with_cri(containerd.address());
     opts.kubelet_config = "volumeStatsAggPeriod: 1s\n".into();
     opts.wasmlet_config = "  evictionMonitoringPeriod: 1s\n".into();
-    let _node = start_with(opts);
+    let node = start_with(opts);
     wait("the Node to be Ready", LONG, || {
         c.api.get::<Node>(None, NODE).filter(node_ready)
     });
@@ -520,6 +520,22 @@ fn an_empty_dir_over_its_size_limit_gets_its_pod_evicted() {
         assert_eq!(phase(&within), "Running", "{:?}", within.status);
         (since.elapsed() > std::time::Duration::from_secs(3)).then_some(())
     });
+
+    // Deleted, the evicted pod leaves nothing behind: its log directory goes with it
+    // (container GC), the pod's own with its worker.
+    let uid = evicted.metadata.uid.clone().unwrap();
+    let logs = node.logs.join(format!("default_filler_{uid}"));
+    assert!(logs.exists(), "{} is not there", logs.display());
+    c.api
+        .delete::<Pod>(Some("default"), "filler", Some(0))
+        .unwrap();
+    wait("the evicted pod's logs to be removed", LONG, || {
+        (!logs.exists()).then_some(())
+    });
+    wait("the evicted pod to be gone", LONG, || {
+        get(&c, "filler").is_none().then_some(())
+    });
+    assert!(!node.root.join("pods").join(&uid).exists());
 }
 
 /// A small ext4 filesystem on a loop device, mounted for the test and unmounted when
