@@ -70,6 +70,12 @@ impl Default for NodeOptions {
     }
 }
 
+/// Image GC by disk usage is off on test nodes unless a test sets it: they share a
+/// containerd whose test images were imported and cannot be pulled again, and the
+/// machine's disk may well be past the 85 % GC starts at. (Disk-pressure reclaim,
+/// which ignores these thresholds, still works.)
+const IMAGE_GC_OFF: &str = "imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n";
+
 /// A running node.
 pub struct TestNode {
     dir: tempfile::TempDir,
@@ -285,8 +291,10 @@ impl TestNode {
                  cgroupRoot: {cgroup_root}\n\
                  podLogsDir: {}\n\
                  {}\
+                 {}\
                  wasmlet:\n  housekeepingInterval: 1s\n  restartBackoff:\n    initial: {}ms\n    max: {}ms\n{}",
                 logs.display(),
+                IMAGE_GC_OFF,
                 opts.kubelet_config,
                 opts.backoff.0.as_millis(),
                 opts.backoff.1.as_millis(),
