@@ -382,15 +382,24 @@ impl SyncLoop {
     /// Hands an eviction to the pod's worker; a pod the loop no longer runs is
     /// left alone.
     fn evict(&mut self, eviction: crate::eviction::Eviction) {
-        let Some(pod) = self.pods.get(&eviction.uid) else {
-            tracing::debug!(uid = %eviction.uid, "eviction of a pod the node no longer runs; dropped");
-            return;
+        let crate::eviction::Eviction {
+            uid,
+            grace,
+            message,
+            accepted,
+        } = eviction;
+        let handed = match self.pods.get(&uid) {
+            Some(pod) if !self.workers.is_terminating(&uid) => self.workers.update(Work::Evict {
+                pod: Box::new(pod.clone()),
+                grace,
+                message,
+            }),
+            _ => {
+                tracing::debug!(uid = %uid, "eviction of a pod the node no longer runs or is stopping; refused");
+                false
+            }
         };
-        self.workers.update(Work::Evict {
-            pod: Box::new(pod.clone()),
-            grace: eviction.grace,
-            message: eviction.message,
-        });
+        let _ = accepted.send(handed);
     }
 
     async fn apply(&mut self, update: PodUpdate) {
@@ -529,23 +538,17 @@ impl SyncLoop {
         }
         let router = self.router.clone();
         let flag = self.housekeeping_running.clone();
-        let logs_dir = self.syncer.pod_logs_dir.clone();
-        // A pod's logs stay while any source has it, finished or refused.
+        // Container GC's share: the log directories of pods gone, removed here where no
+        // pod can be added meanwhile (as the pod directories above). A pod's logs stay
+        // while any source has it, finished or refused.
         let mut with_logs = live.clone();
         with_logs.extend(self.config.uids().map(str::to_owned));
+        for dir in
+            crate::kuberuntime::gc::remove_pod_log_dirs(&self.syncer.pod_logs_dir, &with_logs)
+        {
+            tracing::info!(dir = %dir, "container GC: removed the log directory of a pod gone");
+        }
         self.workers.tasks().spawn(async move {
-            // Container GC's share: the log directories of pods gone.
-            let gone_logs = {
-                let live = with_logs;
-                tokio::task::spawn_blocking(move || {
-                    crate::kuberuntime::gc::remove_pod_log_dirs(&logs_dir, &live)
-                })
-                .await
-                .unwrap_or_default()
-            };
-            for dir in gone_logs {
-                tracing::info!(dir = %dir, "container GC: removed the log directory of a pod gone");
-            }
             for runtime in router.runtimes() {
                 let sandboxes = match runtime.list_pod_sandboxes().await {
                     Ok(sandboxes) => sandboxes,
@@ -559,8 +562,13 @@ impl SyncLoop {
                         continue;
                     }
                 };
-                // Container GC's share: dead sandboxes of pods that run in a newer one.
-                for sb in crate::kuberuntime::gc::stale_sandboxes(&sandboxes, &live) {
+                // Container GC's share: dead, empty sandboxes of pods that run in a
+                // newer one.
+                let with_containers: HashSet<String> = match runtime.list_containers().await {
+                    Ok(cs) => cs.into_iter().map(|c| c.sandbox_id).collect(),
+                    Err(_) => sandboxes.iter().map(|s| s.id.clone()).collect(),
+                };
+                for sb in crate::kuberuntime::gc::stale_sandboxes(&sandboxes, &with_containers, &live) {
                     tracing::info!(sandbox = %sb.id, "container GC: removing a dead sandbox of a pod that runs in a newer one");
                     if let Err(e) = runtime.remove_pod_sandbox(&sb.id).await {
                         tracing::warn!(sandbox = %sb.id, "removing a dead sandbox: {e}");

@@ -100,7 +100,8 @@ impl EvictionThreshold {
 pub struct EvictionConfig {
     pub thresholds: Vec<EvictionThreshold>,
     /// `evictionMaxPodGracePeriod`: the most a pod evicted for a soft threshold gets
-    /// (zero: the pod's own grace period).
+    /// (the smaller of it and the pod's own; the default zero stops it at once, as
+    /// in the kubelet).
     pub max_pod_grace_period: Duration,
     /// `evictionPressureTransitionPeriod` (5 m): how long a pressure condition stays
     /// after its threshold was last met.

@@ -16,7 +16,8 @@ fn limit(c: &Container) -> Option<(u64, String)> {
         .limits
         .as_ref()?
         .get("ephemeral-storage")?;
-    let bytes = crate::quantity::bytes(q).ok()?;
+    // A zero limit is no limit (the kubelet skips it).
+    let bytes = crate::quantity::bytes(q).ok().filter(|b| *b > 0)?;
     Some((bytes, q.0.clone()))
 }
 
@@ -44,10 +45,10 @@ pub fn violation(pod: &Pod, stats: &PodStats) -> Option<String> {
             ));
         }
     }
-    // The pod's total: every container must have a limit for there to be one.
-    let limits: Option<Vec<(u64, String)>> = spec.containers.iter().map(limit).collect();
-    if let (Some(limits), Some(used)) = (
-        limits.filter(|l| !l.is_empty()),
+    // The pod's total: the sum of the limits its containers have (`PodLimits`).
+    let limits: Vec<(u64, String)> = spec.containers.iter().filter_map(limit).collect();
+    if let (false, Some(used)) = (
+        limits.is_empty(),
         stats.ephemeral_storage.as_ref().and_then(|e| e.used_bytes),
     ) {
         let total: u64 = limits.iter().map(|(b, _)| b).sum();

@@ -71,20 +71,20 @@ impl Notifier {
             let Some(o) = observations.get(w.signal) else {
                 continue;
             };
+            // The next threshold down: the highest not met yet (a soft one met
+            // already leaves the hard one below it to watch).
             let Some(quantity) = thresholds
                 .iter()
                 .filter(|t| t.signal == w.signal)
                 .map(|t| t.quantity(o.capacity) as i64)
+                .filter(|q| *q < o.available)
                 .max()
             else {
+                // Every threshold is met: the passes act on them.
+                w.armed = None;
                 continue;
             };
             let headroom = o.available - quantity;
-            if headroom <= 0 {
-                // Met already: the passes act on it.
-                w.armed = None;
-                continue;
-            }
             let usage = match read_usage(&w.cgroup) {
                 Ok(u) => u,
                 Err(e) => {
@@ -161,17 +161,19 @@ pub async fn notified(notifier: Option<&mut Notifier>) {
             let fired =
                 nix::poll::poll(&mut polled, PollTimeout::from(POLL_SLICE)).is_ok_and(|n| n > 0);
             drop(polled);
-            if fired {
-                // Reset the counters (non-blocking: another wait may have read one).
-                for f in &owned {
-                    let _ = nix::unistd::read(f, &mut [0u8; 8]);
-                }
-            }
             (owned, fired)
         })
         .await;
         match waited {
-            Ok((_, true)) => return,
+            Ok((owned, true)) => {
+                // The counters are reset here, by the wait that is still wanted: one
+                // abandoned mid-poll leaves them set, so the next wait sees the
+                // crossing at once instead of losing it.
+                for f in &owned {
+                    let _ = nix::unistd::read(f, &mut [0u8; 8]);
+                }
+                return;
+            }
             Ok((owned, false)) => fds = Some(owned),
             Err(_) => return std::future::pending().await,
         }

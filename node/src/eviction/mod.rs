@@ -12,8 +12,9 @@
 //! `sizeLimit` ([`local`]). An eviction plugin, when configured, orders the
 //! candidates; the built-in ranking stands when it fails.
 //!
-//! Not here yet: node-level reclaim before eviction for disk signals (image and
-//! container GC; `docs/status.md`, issue 17).
+//! For a disk signal, unused images on the pressured filesystem are removed first
+//! ([`crate::images::ImageGc::delete_unused_on`]), and a pod is evicted only if that
+//! was not enough.
 
 pub mod local;
 pub mod memcg;
@@ -103,11 +104,15 @@ fn tolerates_memory_pressure(pod: &Pod) -> bool {
 
 /// An eviction for the sync loop to carry out: the pod is stopped within `grace`
 /// and fails with reason `Evicted` and `message`.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Eviction {
     pub uid: String,
     pub grace: Duration,
     pub message: String,
+    /// Whether the sync loop handed it to the pod's worker (not for a pod it no
+    /// longer runs, or one already terminating): the manager moves on to the next
+    /// candidate when not.
+    pub accepted: tokio::sync::oneshot::Sender<bool>,
 }
 
 /// What the manager reads and where it sends its evictions.
@@ -244,7 +249,9 @@ impl EvictionManager {
             let freed = gc.delete_unused_on(on).await;
             let (summary, _) = self.stats.summary(&pods, &runtimes, Detail::Signals).await;
             let after = observe(&summary, self.allocatable_memory);
-            let still = signals::thresholds_met(&act_on, &after, false);
+            // Relieved only when no threshold is met, minimum reclaim included (the
+            // kubelet's check after reclaimNodeLevelResources).
+            let still = signals::thresholds_met(&self.config.thresholds, &after, true);
             tracing::info!(freed, signal = %threshold.signal, relieved = still.is_empty(), "eviction: reclaimed unused images before evicting");
             if still.is_empty() {
                 return Some(after);
@@ -336,12 +343,15 @@ impl EvictionManager {
     ) -> bool {
         let id = uid(pod).to_owned();
         tracing::warn!(pod = %full_name(pod), grace = ?grace, "evicting: {message}");
+        let (accepted, answer) = tokio::sync::oneshot::channel();
         let eviction = Eviction {
             uid: id.clone(),
             grace,
             message,
+            accepted,
         };
-        if self.evictions.send(eviction).await.is_err() {
+        if self.evictions.send(eviction).await.is_err() || answer.await != Ok(true) {
+            tracing::info!(pod = %full_name(pod), "eviction: the pod is no longer run or is terminating already; the next candidate goes");
             return false;
         }
         let deadline = Instant::now() + CLEANUP_TIMEOUT + grace;

@@ -4,8 +4,8 @@
 //!
 //! Memory: pods using more than they request first, then lower priority first, then
 //! the larger usage above request. Disk (bytes or inodes): the same over the pod's
-//! ephemeral storage. PIDs: lower priority first, then more processes. A pod the
-//! Summary has no figures for ranks first, as in the kubelet.
+//! ephemeral storage. PIDs: lower priority first, then more processes. For memory
+//! and disk a pod the Summary has no figures for ranks first, as in the kubelet.
 
 use std::cmp::Ordering;
 
@@ -64,6 +64,12 @@ pub fn rank(candidates: &mut [Candidate<'_>], resource: Resource) {
 }
 
 fn compare(a: &Candidate<'_>, b: &Candidate<'_>, resource: Resource) -> Ordering {
+    // PIDs: priority, then more processes (a missing count is none), as
+    // `rankPIDPressure`.
+    if resource == Resource::Pids {
+        let (ua, ub) = (a.usage.unwrap_or(0), b.usage.unwrap_or(0));
+        return priority(a.pod).cmp(&priority(b.pod)).then(ub.cmp(&ua));
+    }
     // No figures first.
     let (ua, ub) = match (a.usage, b.usage) {
         (Some(x), Some(y)) => (x, y),
@@ -72,9 +78,6 @@ fn compare(a: &Candidate<'_>, b: &Candidate<'_>, resource: Resource) -> Ordering
         (Some(_), None) => return Ordering::Greater,
     };
     let by_priority = priority(a.pod).cmp(&priority(b.pod));
-    if resource == Resource::Pids {
-        return by_priority.then(ub.cmp(&ua));
-    }
     let exceeds = |usage: u64, request: u64| usage > request;
     let above = |usage: u64, request: u64| usage as i128 - request as i128;
     exceeds(ub, b.request)

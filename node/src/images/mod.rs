@@ -66,9 +66,9 @@ impl ImageGcPolicy {
                 self.low_threshold_percent, self.high_threshold_percent
             ));
         }
-        if !self.max_age.is_zero() && self.max_age < self.min_age {
+        if !self.max_age.is_zero() && self.max_age <= self.min_age {
             return Err(format!(
-                "imageMaximumGCAge ({:?}) must be at least imageMinimumGCAge ({:?})",
+                "imageMaximumGCAge ({:?}) must be greater than imageMinimumGCAge ({:?})",
                 self.max_age, self.min_age
             ));
         }
@@ -93,7 +93,8 @@ impl ImageGcPolicy {
 #[derive(Clone, Debug)]
 struct Record {
     first_detected: Instant,
-    last_used: Instant,
+    /// `None`: never seen in use (such images go first, as the kubelet's zero time).
+    last_used: Option<Instant>,
     size: u64,
     in_use: bool,
     pinned: bool,
@@ -157,7 +158,7 @@ impl ImageGc {
                 .any(|name| used.contains(name.as_str()));
             let r = records.entry(image.id.clone()).or_insert(Record {
                 first_detected: now,
-                last_used: now,
+                last_used: None,
                 size: image.size,
                 in_use,
                 pinned: image.pinned,
@@ -166,7 +167,7 @@ impl ImageGc {
             r.in_use = in_use;
             r.pinned = image.pinned;
             if in_use {
-                r.last_used = now;
+                r.last_used = Some(now);
             }
         }
         Ok(())
@@ -192,8 +193,10 @@ impl ImageGc {
                     !r.in_use
                         && !r.pinned
                         && now.saturating_duration_since(r.first_detected) >= self.policy.min_age
-                        && older_than
-                            .is_none_or(|age| now.saturating_duration_since(r.last_used) > age)
+                        && older_than.is_none_or(|age| {
+                            let since = r.last_used.unwrap_or(r.first_detected);
+                            now.saturating_duration_since(since) > age
+                        })
                 })
                 .map(|(id, r)| (id.clone(), r.clone()))
                 .collect()
@@ -381,7 +384,7 @@ mod tests {
         runtime.remove_container(&new).await.unwrap();
         gc.detect(&*runtime, Instant::now()).await.unwrap();
 
-        // Two images' worth: "mid" (last used when first seen, at 0 s) and "old"
+        // Two images' worth: "mid" (never used: first) and "old"
         // (10 s) go; "new" and the busy one stay.
         let freed = gc.free(&*runtime, Some(2048), Instant::now(), None).await;
         assert_eq!(freed, 2048);

@@ -19,10 +19,12 @@ use wasmlet_runtime::{PodSandbox, SandboxState};
 
 use crate::pod_state::labels;
 
-/// The sandboxes to remove: for each pod the node has, those not ready while a
-/// ready one runs it.
+/// The sandboxes to remove: for each pod the node has, those not ready and holding
+/// no container while a ready one runs it (the kubelet's `evictSandboxes` keeps a
+/// sandbox that is ready or still has containers).
 pub fn stale_sandboxes<'a>(
     sandboxes: &'a [PodSandbox],
+    with_containers: &HashSet<String>,
     live: &HashSet<String>,
 ) -> Vec<&'a PodSandbox> {
     let mut by_pod: HashMap<&str, Vec<&PodSandbox>> = HashMap::new();
@@ -37,6 +39,7 @@ pub fn stale_sandboxes<'a>(
         .into_values()
         .filter(|sbs| sbs.iter().any(|s| s.state == SandboxState::Ready))
         .flat_map(|sbs| sbs.into_iter().filter(|s| s.state != SandboxState::Ready))
+        .filter(|s| !with_containers.contains(&s.id))
         .collect()
 }
 
@@ -94,14 +97,17 @@ mod tests {
             sandbox("a-old", "a", SandboxState::NotReady),
             sandbox("a-new", "a", SandboxState::Ready),
             sandbox("b-dead", "b", SandboxState::NotReady),
+            sandbox("a-kept", "a", SandboxState::NotReady),
             sandbox("gone", "c", SandboxState::NotReady),
         ];
         let live: HashSet<String> = ["a".into(), "b".into()].into();
-        let stale: Vec<&str> = stale_sandboxes(&all, &live)
+        let with_containers: HashSet<String> = ["a-kept".into()].into();
+        let stale: Vec<&str> = stale_sandboxes(&all, &with_containers, &live)
             .iter()
             .map(|s| s.id.as_str())
             .collect();
-        // b's only sandbox is dead: it holds its final statuses; c is housekeeping's.
+        // b's only sandbox is dead: it holds its final statuses; a-kept still holds a
+        // container (a previous instance); c is housekeeping's.
         assert_eq!(stale, ["a-old"]);
     }
 

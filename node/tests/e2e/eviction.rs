@@ -13,6 +13,7 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::json;
 use wasmlet_testkit::containerd::{Containerd, images::BUSYBOX_IMAGE};
+use wasmlet_testkit::node::poll;
 
 use crate::cluster::*;
 use crate::*;
@@ -45,26 +46,45 @@ fn wasm_hog(name: &str, mib: u64, resources: serde_json::Value) -> Pod {
     pod
 }
 
-/// A busybox pod holding `mib` MiB: dd's buffer, full of zeros read into it, held
-/// while dd waits on a pipe nobody reads.
-fn busybox_hog(name: &str, mib: u64, request: &str) -> Pod {
+/// A busybox pod bound to the node running `script`, its container's fields
+/// extended by `container` (resources, volume mounts) and its spec's by `spec`.
+fn busybox(name: &str, script: &str, container: serde_json::Value, spec: serde_json::Value) -> Pod {
+    let mut c = json!({
+        "name": "main",
+        "image": BUSYBOX_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", script],
+    });
+    c.as_object_mut()
+        .unwrap()
+        .extend(container.as_object().unwrap().clone());
+    let mut pod_spec = json!({
+        "nodeName": NODE,
+        "terminationGracePeriodSeconds": 2,
+        "containers": [c],
+    });
+    pod_spec
+        .as_object_mut()
+        .unwrap()
+        .extend(spec.as_object().unwrap().clone());
     serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": { "name": name, "namespace": "default" },
-        "spec": {
-            "nodeName": NODE,
-            "terminationGracePeriodSeconds": 2,
-            "containers": [{
-                "name": "main",
-                "image": BUSYBOX_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["sh", "-c", format!("dd if=/dev/zero bs={mib}M count=1 2>/dev/null | sleep 3600")],
-                "resources": { "requests": { "memory": request } },
-            }],
-        },
+        "spec": pod_spec,
     }))
     .unwrap()
+}
+
+/// A busybox pod holding `mib` MiB: dd's buffer, full of zeros read into it, held
+/// while dd waits on a pipe nobody reads.
+fn busybox_hog(name: &str, mib: u64, request: &str) -> Pod {
+    busybox(
+        name,
+        &format!("dd if=/dev/zero bs={mib}M count=1 2>/dev/null | sleep 3600"),
+        json!({"resources": {"requests": {"memory": request}}}),
+        json!({}),
+    )
 }
 
 fn get(c: &Cluster, name: &str) -> Option<Pod> {
@@ -72,9 +92,12 @@ fn get(c: &Cluster, name: &str) -> Option<Pod> {
 }
 
 fn running_pod(c: &Cluster, name: &str) {
-    wait(&format!("{name} to run"), LONG, || {
-        get(c, name).filter(|p| phase(p) == "Running")
-    });
+    if poll(LONG, || get(c, name).filter(|p| phase(p) == "Running")).is_none() {
+        panic!(
+            "{name} did not run: {:?}",
+            get(c, name).and_then(|p| p.status)
+        );
+    }
 }
 
 fn status_of(p: &Pod) -> (String, String, String) {
@@ -86,12 +109,13 @@ fn status_of(p: &Pod) -> (String, String, String) {
     )
 }
 
-fn memory_pressure(c: &Cluster) -> Option<String> {
+/// The status of the node's condition `kind`.
+fn condition_of(c: &Cluster, kind: &str) -> Option<String> {
     let node = c.api.get::<Node>(None, NODE)?;
     node.status?
         .conditions?
         .into_iter()
-        .find(|c| c.type_ == "MemoryPressure")
+        .find(|c| c.type_ == kind)
         .map(|c| c.status)
 }
 
@@ -132,7 +156,7 @@ fn memory_pressure_evicts_best_effort_then_burstable_and_spares_guaranteed() {
     wait("the Node to be Ready", LONG, || {
         c.api.get::<Node>(None, NODE).filter(node_ready)
     });
-    assert_eq!(memory_pressure(&c).as_deref(), Some("False"));
+    assert_eq!(condition_of(&c, "MemoryPressure").as_deref(), Some("False"));
 
     // Guaranteed, under its request; Burstable, a little over its request.
     let guaranteed = json!({
@@ -190,7 +214,7 @@ fn memory_pressure_evicts_best_effort_then_burstable_and_spares_guaranteed() {
         evicted.status
     );
     wait("MemoryPressure to be True", LONG, || {
-        (memory_pressure(&c).as_deref() == Some("True")).then_some(())
+        (condition_of(&c, "MemoryPressure").as_deref() == Some("True")).then_some(())
     });
 
     // Under memory pressure a BestEffort pod is refused; a Burstable one is admitted,
@@ -226,7 +250,7 @@ fn memory_pressure_evicts_best_effort_then_burstable_and_spares_guaranteed() {
 
     // The pressure ends after the transition period; the rest kept running.
     wait("MemoryPressure to be False again", LONG, || {
-        (memory_pressure(&c).as_deref() == Some("False")).then_some(())
+        (condition_of(&c, "MemoryPressure").as_deref() == Some("False")).then_some(())
     });
     for line in node.log().lines().filter(|l| l.contains("evict")) {
         eprintln!("node: {line}");
@@ -265,15 +289,6 @@ fn pid_max() -> i64 {
         .unwrap()
 }
 
-fn condition_of(c: &Cluster, kind: &str) -> Option<String> {
-    let node = c.api.get::<Node>(None, NODE)?;
-    node.status?
-        .conditions?
-        .into_iter()
-        .find(|c| c.type_ == kind)
-        .map(|c| c.status)
-}
-
 #[test]
 fn a_fork_bomb_stays_within_pod_pids_limit_and_pid_pressure_evicts_it() {
     let containerd = Containerd::start().expect("containerd starts");
@@ -310,23 +325,12 @@ fn a_fork_bomb_stays_within_pod_pids_limit_and_pid_pressure_evicts_it() {
     });
     assert_eq!(condition_of(&c, "PIDPressure").as_deref(), Some("False"));
 
-    let bomb: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": { "name": "bomb", "namespace": "default" },
-        "spec": {
-            "nodeName": NODE,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main",
-                "image": BUSYBOX_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["sh", "-c", "b() { b | b & }; b; sleep 3600"],
-                "resources": { "limits": { "cpu": "500m" } },
-            }],
-        },
-    }))
-    .unwrap();
+    let bomb = busybox(
+        "bomb",
+        "b() { b | b & }; b; sleep 3600",
+        json!({"resources": {"limits": {"cpu": "500m"}}}),
+        json!({"terminationGracePeriodSeconds": 1}),
+    );
     c.api.create(&bomb).unwrap();
     let pod = wait("the bomb pod to start", LONG, || {
         get(&c, "bomb").filter(|p| {
@@ -461,24 +465,12 @@ fn an_eviction_plugin_reorders_the_candidates_and_a_failing_one_falls_back() {
 
 /// A busybox pod running `script` with an emptyDir `data` of `size_limit`.
 fn busybox_with_empty_dir(name: &str, script: &str, size_limit: &str) -> Pod {
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": { "name": name, "namespace": "default" },
-        "spec": {
-            "nodeName": NODE,
-            "terminationGracePeriodSeconds": 2,
-            "containers": [{
-                "name": "main",
-                "image": BUSYBOX_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["sh", "-c", script],
-                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-            }],
-            "volumes": [{"name": "data", "emptyDir": {"sizeLimit": size_limit}}],
-        },
-    }))
-    .unwrap()
+    busybox(
+        name,
+        script,
+        json!({"volumeMounts": [{"name": "data", "mountPath": "/data"}]}),
+        json!({"volumes": [{"name": "data", "emptyDir": {"sizeLimit": size_limit}}]}),
+    )
 }
 
 #[test]

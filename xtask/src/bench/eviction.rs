@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use wasmlet_testkit::apiserver::ApiServer;
 use wasmlet_testkit::node::{NodeOptions, TestNode, poll};
 
 use super::build_node;
@@ -70,14 +69,9 @@ fn hog() -> anyhow::Result<Pod> {
 
 /// One round: crossed → stopped.
 fn round(binary: &Path, scratch: &Path, notifications: bool) -> anyhow::Result<Duration> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
-    let api = ApiServer::new();
-    rt.block_on(api.serve_tcp(0))?;
     let kubeconfig = scratch.join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig, &format!("system:node:{NODE}"))?;
+    let cluster = super::idle::start_cluster(&kubeconfig, NODE)?;
+    let api = &cluster.api;
     let reserved = (mem_total()? - ALLOCATABLE) / 1024;
     let node = TestNode::start(
         binary,

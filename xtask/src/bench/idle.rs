@@ -100,12 +100,14 @@ fn serve_manifest(body: String) -> anyhow::Result<String> {
     Ok(url)
 }
 
-struct Cluster {
-    api: ApiServer,
+/// A testkit API server on loopback, and the runtime serving it.
+pub(super) struct Cluster {
+    pub api: ApiServer,
     _rt: tokio::runtime::Runtime,
 }
 
-fn start_cluster(kubeconfig: &Path, node_name: &str) -> anyhow::Result<Cluster> {
+/// An API server whose kubeconfig for `node_name` is written to `kubeconfig`.
+pub(super) fn start_cluster(kubeconfig: &Path, node_name: &str) -> anyhow::Result<Cluster> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
