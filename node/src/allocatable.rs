@@ -63,6 +63,11 @@ pub fn parse_thresholds(
             errors.push(format!("{what}: unknown signal {signal:?}"));
             continue;
         }
+        // As the kubelet's parseThresholdStatement: 0% and 100% set no threshold (a
+        // way to turn a default off).
+        if matches!(value.trim(), "0%" | "100%") {
+            continue;
+        }
         let parsed = match value.strip_suffix('%') {
             Some(p) => p
                 .trim()

@@ -74,8 +74,9 @@ pub struct EvictionThreshold {
 }
 
 impl EvictionThreshold {
+    /// Hard: no grace period, or a zero one (the kubelet's `isHardEvictionThreshold`).
     pub fn is_hard(&self) -> bool {
-        self.grace_period.is_none()
+        self.grace_period.is_none_or(|g| g.is_zero())
     }
 
     /// The threshold's amount for a signal whose capacity is `capacity`.
@@ -355,6 +356,34 @@ mod tests {
         assert_eq!(soft.quantity_with_reclaim(1 << 30), 550 << 20);
         assert_eq!(c.max_pod_grace_period, Duration::from_secs(20));
         assert_eq!(c.pressure_transition_period, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn zero_and_hundred_percent_set_no_threshold_and_a_zero_grace_is_hard() {
+        let hard: BTreeMap<String, Threshold> = parse_thresholds(
+            "evictionHard",
+            &map(&[
+                ("nodefs.available", "0%"),
+                ("imagefs.available", "100%"),
+                ("memory.available", "1Gi"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(hard.keys().collect::<Vec<_>>(), ["memory.available"]);
+        let soft = map(&[("memory.available", "2Gi")]);
+        let grace = map(&[("memory.available", "0s")]);
+        let mut errors = Vec::new();
+        let c = eviction_config(
+            EvictionFields {
+                hard: Some(&hard),
+                soft: Some(&soft),
+                soft_grace_period: Some(&grace),
+                ..Default::default()
+            },
+            &mut errors,
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(c.thresholds.iter().all(EvictionThreshold::is_hard));
     }
 
     #[test]
