@@ -882,10 +882,15 @@ impl PodSyncer {
             }
         }
         if let Some(dir) = &self.pods_dir {
-            crate::volumes::tear_down(&dir.join(uid(pod)));
-            // Kept while its cgroup is: housekeeping tries again through it.
+            let pod_dir = dir.join(uid(pod));
+            crate::volumes::tear_down(&pod_dir);
+            // Kept while its cgroup is: housekeeping tries again through it. Its
+            // volumes' contents go now either way, so what they held (an emptyDir an
+            // evicted pod filled) is freed at once.
             if cgroup_removed {
-                let _ = std::fs::remove_dir_all(dir.join(uid(pod)));
+                let _ = std::fs::remove_dir_all(&pod_dir);
+            } else {
+                let _ = std::fs::remove_dir_all(crate::volumes::volumes_dir(&pod_dir));
             }
         }
         let prefix = format!("{}/", uid(pod));

@@ -360,9 +360,12 @@ impl EvictionManager {
                 .status(&id)
                 .is_some_and(|s| s.phase.as_deref() == Some("Failed"))
         };
-        while !stopped() {
+        // Stopped, and its volumes gone (what a disk eviction reclaims), as the
+        // kubelet waits for the pod's cleanup before its next pass.
+        let volumes = crate::volumes::volumes_dir(&self.root_dir.join("pods").join(&id));
+        while !stopped() || volumes.exists() {
             if Instant::now() >= deadline || cancel.is_cancelled() {
-                tracing::warn!(pod = %full_name(pod), "eviction: the pod was not stopped within {CLEANUP_TIMEOUT:?}");
+                tracing::warn!(pod = %full_name(pod), "eviction: the pod was not stopped and cleaned up within {CLEANUP_TIMEOUT:?}");
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
