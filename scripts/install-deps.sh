@@ -10,10 +10,13 @@
 #   busybox-static                    /bin/busybox, the test container images' only binary
 #   e2fsprogs mount                   mkfs.ext4 and loop mounts: the disk-pressure tests'
 #                                     small filesystems
+#   dbus-daemon                       a private system bus the graceful-shutdown tests
+#                                     serve a stand-in logind on
 set -euo pipefail
 
 packages=(rustc-web cargo-web rust-web-src lld-19 wasi-libc
-          containerd runc containernetworking-plugins busybox-static e2fsprogs mount)
+          containerd runc containernetworking-plugins busybox-static e2fsprogs mount
+          dbus-daemon)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,9 +7,11 @@
 //! [`apiserver`] is an in-process Kubernetes API server for the node's API client.
 //! [`fake_runtime`] is a recording, scriptable in-memory runtime for unit tests.
 //! [`pki`] is a test certificate authority (client, serving and CSR certificates).
+//! [`dbus`] is a private system bus with a test playing systemd-logind.
 
 pub mod apiserver;
 pub mod containerd;
+pub mod dbus;
 pub mod fake_runtime;
 pub mod health;
 pub mod images;

@@ -38,6 +38,8 @@ pub struct NodeOptions {
     /// Where the node's directory (its root dir, pod logs, manifests) is made: the
     /// system's temporary directory by default (a test's small filesystem, say).
     pub base_dir: Option<PathBuf>,
+    /// More environment variables for the node process (`DBUS_SYSTEM_BUS_ADDRESS`).
+    pub env: Vec<(String, String)>,
 }
 
 impl NodeOptions {
@@ -66,6 +68,7 @@ impl Default for NodeOptions {
             wasmlet_config: String::new(),
             static_pods: true,
             base_dir: None,
+            env: Vec::new(),
         }
     }
 }
@@ -92,6 +95,7 @@ pub struct TestNode {
     stderr_path: PathBuf,
     binary: PathBuf,
     args: Vec<std::ffi::OsString>,
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -327,6 +331,7 @@ impl TestNode {
             stderr_path,
             binary: binary.to_owned(),
             args,
+            env: opts.env,
             child: None,
         };
         node.spawn()?;
@@ -342,6 +347,7 @@ impl TestNode {
         let child = Command::new(&self.binary)
             .args(&self.args)
             .env("RUST_LOG", "info,wasmlet_node=debug")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
