@@ -173,6 +173,9 @@ struct KubeletConfiguration {
     eviction_max_pod_grace_period: Option<i64>,
     eviction_pressure_transition_period: Option<String>,
     kernel_memcg_notification: Option<bool>,
+    shutdown_grace_period: Option<String>,
+    shutdown_grace_period_critical_pods: Option<String>,
+    shutdown_grace_period_by_pod_priority: Option<Vec<sections::ShutdownGracePeriodByPodPriority>>,
     #[serde(rename = "imageGCHighThresholdPercent")]
     image_gc_high_threshold_percent: Option<i64>,
     #[serde(rename = "imageGCLowThresholdPercent")]
@@ -318,6 +321,8 @@ pub struct NodeConfig {
     pub eviction: crate::thresholds::EvictionConfig,
     /// Image garbage collection.
     pub image_gc: crate::images::ImageGcPolicy,
+    /// Graceful node shutdown's grace periods (all zero: off).
+    pub shutdown: crate::shutdown::ShutdownConfig,
     /// Membership of a cluster; `None` runs standalone.
     pub cluster: Option<ClusterSettings>,
     /// The HTTP manifest source.
@@ -433,6 +438,7 @@ impl NodeFlags {
             &mut errors,
         );
         let image_gc = sections::image_gc(&file, &section, &mut errors);
+        let shutdown = sections::shutdown(&file, &mut errors);
         let node_name = self.node_name(&mut errors);
         let cri = self.cri(&file, timing.runtime_request_timeout);
         let (plugins, runtime_handlers) =
@@ -477,6 +483,7 @@ impl NodeFlags {
             reservations,
             eviction,
             image_gc,
+            shutdown,
             cluster,
             manifest_url,
             sandbox_program: sandbox.program,

@@ -40,6 +40,7 @@ pub mod resources;
 pub mod router;
 pub mod runtime_state;
 pub mod server;
+pub mod shutdown;
 pub mod stats;
 pub mod status;
 pub mod sync;

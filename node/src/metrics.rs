@@ -91,6 +91,8 @@ pub struct NodeMetrics {
     running_pods: Gauge,
     running_containers: Family<ContainerState, Gauge>,
     node_name: Family<NodeName, Gauge>,
+    shutdown_start: Gauge<f64, std::sync::atomic::AtomicU64>,
+    shutdown_end: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl Default for NodeMetrics {
@@ -152,8 +154,22 @@ impl NodeMetrics {
             "[ALPHA] The node's name. The count is always 1.",
             node_name.clone(),
         );
+        let shutdown_start = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "kubelet_graceful_shutdown_start_time_seconds",
+            "[ALPHA] Last graceful shutdown start time since unix epoch in seconds",
+            shutdown_start.clone(),
+        );
+        let shutdown_end = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "kubelet_graceful_shutdown_end_time_seconds",
+            "[ALPHA] Last graceful shutdown end time since unix epoch in seconds",
+            shutdown_end.clone(),
+        );
         NodeMetrics {
             registry,
+            shutdown_start,
+            shutdown_end,
             pleg_relist_duration,
             pleg_relist_interval,
             pleg_last_seen,
@@ -185,6 +201,16 @@ impl NodeMetrics {
                 operation_type: kind.label(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// A graceful node shutdown began at `at`.
+    pub fn shutdown_started(&self, at: std::time::SystemTime) {
+        self.shutdown_start.set(epoch_seconds(at));
+    }
+
+    /// The graceful node shutdown ended at `at` (every group stopped or out of time).
+    pub fn shutdown_ended(&self, at: std::time::SystemTime) {
+        self.shutdown_end.set(epoch_seconds(at));
     }
 
     /// A pod that started running `took` after the node first saw it.
@@ -279,6 +305,12 @@ impl RuntimeOperations {
 }
 
 /// The process's metrics.
+fn epoch_seconds(at: std::time::SystemTime) -> f64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
 pub fn global() -> &'static NodeMetrics {
     static METRICS: LazyLock<NodeMetrics> = LazyLock::new(NodeMetrics::new);
     &METRICS

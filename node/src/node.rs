@@ -135,6 +135,9 @@ struct Managers {
     evictions_rx: Option<mpsc::Receiver<crate::eviction::Eviction>>,
     /// Image garbage collection, to start.
     image_gc: Arc<crate::images::ImageGc>,
+    /// Graceful node shutdown, to start, and whether the node is shutting down.
+    shutdown: Option<crate::shutdown::ShutdownManager>,
+    shutdown_state: crate::shutdown::ShutdownState,
 }
 
 /// An HTTP server, bound when the node runs.
@@ -474,6 +477,16 @@ async fn managers(
         config.image_gc.clone(),
         runtimes.router.clone(),
     ));
+    let shutdown_state = crate::shutdown::ShutdownState::default();
+    let shutdown = crate::shutdown::ShutdownManager {
+        config: config.shutdown.clone(),
+        state: shutdown_state.clone(),
+        statuses: statuses.clone(),
+        kills: evictions.clone(),
+        events: events.clone(),
+        node_name: config.node_name.clone(),
+        root_dir: config.root_dir.clone(),
+    };
     let eviction = crate::eviction::EvictionManager {
         config: config.eviction.clone(),
         stats: stats.clone(),
@@ -511,6 +524,8 @@ async fn managers(
         eviction: Some(eviction),
         evictions_rx: Some(evictions_rx),
         image_gc,
+        shutdown: Some(shutdown),
+        shutdown_state,
     }
 }
 
@@ -723,6 +738,7 @@ async fn pod_sources(
                 started,
                 pleg_threshold: config.pleg_unhealthy_after,
                 pressure: managers.pressure.clone(),
+                shutdown: managers.shutdown_state.clone(),
             };
             Some(
                 cluster::Membership::build(

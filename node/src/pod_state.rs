@@ -104,3 +104,30 @@ pub struct PodState {
     /// The probe results of the running instances, by container name and type.
     pub probe_results: BTreeMap<(String, ProbeKind), ProbeResult>,
 }
+
+/// Why the node itself stops a pod and fails it (the kubelet's `killPodFunc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillCause {
+    /// The eviction manager's: reason `Evicted`, with an `Evicted` event.
+    Evicted,
+    /// The node is shutting down: reason `Terminated` (the kubelet's shutdown manager's).
+    NodeShutdown,
+}
+
+impl KillCause {
+    /// The reason the failed pod's status carries.
+    pub const fn reason(self) -> &'static str {
+        match self {
+            KillCause::Evicted => crate::thresholds::EVICTED,
+            KillCause::NodeShutdown => "Terminated",
+        }
+    }
+
+    /// Whether a pod failed with `reason` was stopped by the node: it carries a
+    /// `DisruptionTarget` condition (reason `TerminationByKubelet`).
+    pub fn is_disruption(reason: &str) -> bool {
+        [KillCause::Evicted, KillCause::NodeShutdown]
+            .iter()
+            .any(|c| c.reason() == reason)
+    }
+}

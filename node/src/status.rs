@@ -318,9 +318,10 @@ pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> Pod
     // A resize the runtime refused: the kubelet's PodResizeInProgress with reason
     // Error, until a later attempt succeeds.
     let mut conditions = conditions;
-    // An evicted pod carries why (PodDisruptionConditions, GA in 1.31).
+    // A pod the node evicted or stopped for its shutdown carries why
+    // (PodDisruptionConditions, GA in 1.31).
     if let Some((reason, message)) = &st.failure
-        && reason == crate::thresholds::EVICTED
+        && crate::pod_state::KillCause::is_disruption(reason)
     {
         conditions.push(condition(
             "DisruptionTarget",

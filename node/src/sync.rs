@@ -27,7 +27,7 @@ use crate::podspec::ClusterDns;
 use crate::quantity;
 use crate::router::RuntimeRouter;
 
-use crate::pod_state::{PodState, SandboxRecord, Waiting};
+use crate::pod_state::{KillCause, PodState, SandboxRecord, Waiting};
 
 pub use crate::kuberuntime::termination::tail_of_log;
 
@@ -567,28 +567,31 @@ impl PodSyncer {
         }
     }
 
-    /// The eviction manager's eviction (the kubelet's `killPodFunc` with `isEvicted`):
-    /// the `Evicted` event, the pod stopped within `grace`, and the pod failed with
-    /// reason `Evicted` and `message`. A pod that failed already is left as it is.
+    /// The kubelet's `killPodFunc`: for an eviction (`isEvicted`) the `Evicted` event
+    /// first; then the pod stopped within `grace`, and failed with the cause's reason
+    /// and `message`. A pod that failed already is left as it is.
     pub(crate) async fn evict(
         &self,
         pod: &Pod,
         st: &mut PodState,
         grace: Duration,
         message: String,
+        cause: KillCause,
     ) {
         if st.failure.is_some() {
             return;
         }
-        self.events.pod(
-            pod,
-            None,
-            WARNING,
-            crate::thresholds::EVICTED,
-            message.clone(),
-        );
+        if cause == KillCause::Evicted {
+            self.events.pod(
+                pod,
+                None,
+                WARNING,
+                crate::thresholds::EVICTED,
+                message.clone(),
+            );
+        }
         self.kill_pod(pod, st, grace).await;
-        st.failure = Some((crate::thresholds::EVICTED.into(), message));
+        st.failure = Some((cause.reason().into(), message));
     }
 
     /// As the kubelet: a pod past its deadline fails and its containers are stopped.

@@ -108,6 +108,8 @@ pub struct SyncLoop {
     probe_updates: Option<mpsc::UnboundedReceiver<String>>,
     /// The eviction manager's pressure (for admission) and its evictions.
     pressure: Option<crate::eviction::Pressure>,
+    /// Whether the node shuts down (no new pod then).
+    shutdown: Option<crate::shutdown::ShutdownState>,
     evictions: Option<mpsc::Receiver<crate::eviction::Eviction>>,
 }
 
@@ -144,6 +146,7 @@ impl SyncLoop {
             probes: None,
             probe_updates: None,
             pressure: None,
+            shutdown: None,
             evictions: None,
             seen: HashSet::new(),
         }
@@ -218,6 +221,12 @@ impl SyncLoop {
         self
     }
 
+    /// Refuses new pods while the node shuts down.
+    pub fn with_shutdown(mut self, state: crate::shutdown::ShutdownState) -> Self {
+        self.shutdown = Some(state);
+        self
+    }
+
     /// Admits new pods against `node` (resources, node affinity, OS, taints) and
     /// records admission rejections as events with `events`.
     pub fn with_admission(
@@ -255,7 +264,11 @@ impl SyncLoop {
             .collect();
         // Pressure first, then the built-in checks, then the admission plugins in
         // their order.
-        let under_pressure = self.pressure.as_ref().map_or(Ok(()), |p| p.admit(pod));
+        let under_pressure = self
+            .pressure
+            .as_ref()
+            .map_or(Ok(()), |p| p.admit(pod))
+            .and_then(|()| self.shutdown.as_ref().map_or(Ok(()), |s| s.admit(pod)));
         let decided =
             match under_pressure.and_then(|()| crate::admission::admit(pod, &admitted, node)) {
                 Ok(()) => match &self.plugins {
@@ -386,6 +399,7 @@ impl SyncLoop {
             uid,
             grace,
             message,
+            cause,
             accepted,
         } = eviction;
         let handed = match self.pods.get(&uid) {
@@ -393,6 +407,7 @@ impl SyncLoop {
                 pod: Box::new(pod.clone()),
                 grace,
                 message,
+                cause,
             }),
             _ => {
                 tracing::debug!(uid = %uid, "eviction of a pod the node no longer runs or is stopping; refused");

@@ -28,13 +28,14 @@ pub enum Work {
     Sync(Box<Pod>),
     /// Stop the pod within the grace period, then end.
     Terminate { pod: Box<Pod>, grace: Duration },
-    /// The eviction manager's: stop the pod within the grace period and fail it with
-    /// reason `Evicted` and this message; the worker goes on (the pod stays known
-    /// until it is deleted).
+    /// The eviction manager's or the shutdown manager's: stop the pod within the grace
+    /// period and fail it with the cause's reason and this message; the worker goes on
+    /// (the pod stays known until it is deleted).
     Evict {
         pod: Box<Pod>,
         grace: Duration,
         message: String,
+        cause: crate::pod_state::KillCause,
     },
 }
 
@@ -214,9 +215,15 @@ async fn run_worker(
         let span = tracing::info_span!("pod", pod = %full_name(&pod), uid = %id);
         match work {
             Work::Sync(_) | Work::Evict { .. } => {
-                if let Work::Evict { grace, message, .. } = &work {
+                if let Work::Evict {
+                    grace,
+                    message,
+                    cause,
+                    ..
+                } = &work
+                {
                     syncer
-                        .evict(&pod, &mut st, *grace, message.clone())
+                        .evict(&pod, &mut st, *grace, message.clone(), *cause)
                         .instrument(span.clone())
                         .await;
                 }

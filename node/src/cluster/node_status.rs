@@ -25,6 +25,9 @@ pub struct StatusInputs {
     /// The pressure conditions the eviction manager holds (`MemoryPressure`,
     /// `DiskPressure`, `PIDPressure`).
     pub pressure: Arc<dyn Fn() -> BTreeSet<&'static str> + Send + Sync>,
+    /// Changes that get the status written at once rather than at the next tick (the
+    /// node starting to shut down).
+    pub nudge: Option<tokio::sync::watch::Receiver<bool>>,
     /// The images on the node, by every runtime.
     pub images: Arc<
         dyn Fn() -> futures::future::BoxFuture<'static, Vec<wasmlet_runtime::Image>> + Send + Sync,
@@ -155,6 +158,7 @@ impl NodeStatusLoop {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let mut last_write: Option<Instant> = None;
         let mut failing = false;
+        let mut nudge = self.inputs.nudge.clone();
         loop {
             // As the kubelet: read the Node, compute the status against what the API
             // has (a controller may have marked the node Unknown meanwhile), write it
@@ -208,9 +212,18 @@ impl NodeStatusLoop {
                     failing = true;
                 }
             }
+            let nudged = async {
+                if let Some(rx) = nudge.as_mut()
+                    && rx.changed().await.is_ok()
+                {
+                    return;
+                }
+                std::future::pending::<()>().await
+            };
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = tokio::time::sleep(self.update_frequency) => {}
+                () = nudged => {}
             }
         }
     }

@@ -55,6 +55,7 @@ async fn lease_renews_every_ten_seconds_and_status_is_written_on_change_or_every
     let ready = Arc::new(AtomicBool::new(true));
     let inputs = StatusInputs {
         pressure: Arc::new(Default::default),
+        nudge: None,
         readiness: {
             let ready = ready.clone();
             Arc::new(move || {

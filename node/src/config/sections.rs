@@ -675,6 +675,49 @@ pub(super) fn image_gc(
     policy
 }
 
+/// One entry of `shutdownGracePeriodByPodPriority`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct ShutdownGracePeriodByPodPriority {
+    priority: i32,
+    shutdown_grace_period_seconds: i64,
+}
+
+/// Graceful node shutdown: `shutdownGracePeriod`, `shutdownGracePeriodCriticalPods`
+/// and `shutdownGracePeriodByPodPriority`, with the kubelet's validation.
+pub(super) fn shutdown(
+    file: &KubeletConfiguration,
+    errors: &mut Vec<String>,
+) -> crate::shutdown::ShutdownConfig {
+    let config = crate::shutdown::ShutdownConfig {
+        grace_period: duration_of(
+            errors,
+            "shutdownGracePeriod",
+            file.shutdown_grace_period.as_ref(),
+            Duration::ZERO,
+        ),
+        grace_period_critical_pods: duration_of(
+            errors,
+            "shutdownGracePeriodCriticalPods",
+            file.shutdown_grace_period_critical_pods.as_ref(),
+            Duration::ZERO,
+        ),
+        by_pod_priority: file
+            .shutdown_grace_period_by_pod_priority
+            .iter()
+            .flatten()
+            .map(|g| crate::shutdown::PriorityGrace {
+                priority: g.priority,
+                grace_seconds: g.shutdown_grace_period_seconds,
+            })
+            .collect(),
+    };
+    if let Err(e) = config.check() {
+        errors.push(e);
+    }
+    config
+}
+
 /// wasmlet's own section: its plugins (validated) and its RuntimeClass handlers
 /// (`wasmtime` always; any other needs a CRI runtime).
 pub(super) fn wasmlet_section(

@@ -109,6 +109,8 @@ pub struct Eviction {
     pub uid: String,
     pub grace: Duration,
     pub message: String,
+    /// Why: the eviction manager's, or the node shutting down.
+    pub cause: crate::pod_state::KillCause,
     /// Whether the sync loop handed it to the pod's worker (not for a pod it no
     /// longer runs, or one already terminating): the manager moves on to the next
     /// candidate when not.
@@ -348,6 +350,7 @@ impl EvictionManager {
             uid: id.clone(),
             grace,
             message,
+            cause: crate::pod_state::KillCause::Evicted,
             accepted,
         };
         if self.evictions.send(eviction).await.is_err() || answer.await != Ok(true) {

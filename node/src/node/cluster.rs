@@ -31,6 +31,8 @@ pub(super) struct Health {
     pub pleg_threshold: Duration,
     /// The eviction manager's pressure conditions.
     pub pressure: crate::eviction::Pressure,
+    /// Whether the node is shutting down (not ready then).
+    pub shutdown: crate::shutdown::ShutdownState,
 }
 
 /// The node's parts the cluster's tasks share.
@@ -206,11 +208,16 @@ fn status_inputs(health: Health, router: RuntimeRouter) -> StatusInputs {
         started,
         pleg_threshold,
         pressure,
+        shutdown,
     } = health;
     StatusInputs {
         pressure: Arc::new(move || pressure.conditions()),
+        nudge: Some(shutdown.subscribe()),
         readiness: Arc::new(move || {
             let mut problems = Vec::new();
+            if let Err(e) = shutdown.status() {
+                problems.push(e);
+            }
             if let Err(e) = runtime_state.check() {
                 problems.push(e);
             }

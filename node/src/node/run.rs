@@ -55,6 +55,9 @@ impl Node {
         if let Some(eviction) = managers.eviction.take() {
             tasks.spawn("eviction manager", eviction.run(cancel.clone()));
         }
+        if let Some(shutdown) = managers.shutdown.take() {
+            tasks.spawn("node shutdown manager", shutdown.run(cancel.clone()));
+        }
         start_servers(servers, &tasks, &cancel).await?;
         let (names, sources_tx, sources_rx) =
             start_pod_sources(&config, sources, &runtimes, &mut managers, &tasks, &cancel);
@@ -184,7 +187,8 @@ fn sync_loop(config: &NodeConfig, mut managers: Managers, sources: Vec<String>) 
     let sync_loop = match managers.evictions_rx.take() {
         Some(rx) => sync_loop.with_eviction(managers.pressure.clone(), rx),
         None => sync_loop,
-    };
+    }
+    .with_shutdown(managers.shutdown_state.clone());
     let sync_loop = match managers.admission {
         Some(node) => sync_loop.with_admission(node, managers.events.clone()),
         None => sync_loop,

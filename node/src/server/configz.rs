@@ -149,6 +149,24 @@ pub fn configz(config: &NodeConfig) -> Value {
                 .collect(),
         ),
     );
+    let shutdown = &config.shutdown;
+    put("shutdownGracePeriod", json!(go(shutdown.grace_period)));
+    put(
+        "shutdownGracePeriodCriticalPods",
+        json!(go(shutdown.grace_period_critical_pods)),
+    );
+    if !shutdown.by_pod_priority.is_empty() {
+        put(
+            "shutdownGracePeriodByPodPriority",
+            Value::Array(
+                shutdown
+                    .by_pod_priority
+                    .iter()
+                    .map(|g| json!({"priority": g.priority, "shutdownGracePeriodSeconds": g.grace_seconds}))
+                    .collect(),
+            ),
+        );
+    }
     match &config.cluster {
         Some(cluster) => {
             put("registerNode", json!(cluster.register_node));
