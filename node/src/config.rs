@@ -139,6 +139,17 @@ pub struct NodeFlags {
     /// node ends it (e.g. 4h).
     #[arg(long, value_name = "DURATION")]
     pub streaming_connection_idle_timeout: Option<String>,
+    /// Container GC keeps a dead container younger than this (default 0).
+    #[arg(long, value_name = "DURATION")]
+    pub minimum_container_ttl_duration: Option<String>,
+    /// The most dead instances container GC keeps per container (default 1;
+    /// negative: no limit).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub maximum_dead_containers_per_container: Option<i32>,
+    /// The most dead containers container GC keeps on the node (default -1: no
+    /// limit).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub maximum_dead_containers: Option<i32>,
 }
 
 /// The fields of `KubeletConfiguration` (kubelet.config.k8s.io/v1beta1) wasmlet reads.
@@ -321,6 +332,8 @@ pub struct NodeConfig {
     pub eviction: crate::thresholds::EvictionConfig,
     /// Image garbage collection.
     pub image_gc: crate::images::ImageGcPolicy,
+    /// Container garbage collection.
+    pub container_gc: crate::kuberuntime::gc::ContainerGcPolicy,
     /// Graceful node shutdown's grace periods (all zero: off).
     pub shutdown: crate::shutdown::ShutdownConfig,
     /// Membership of a cluster; `None` runs standalone.
@@ -438,6 +451,7 @@ impl NodeFlags {
             &mut errors,
         );
         let image_gc = sections::image_gc(&file, &section, &mut errors);
+        let container_gc = self.container_gc(&mut errors);
         let shutdown = sections::shutdown(&file, &mut errors);
         let node_name = self.node_name(&mut errors);
         let cri = self.cri(&file, timing.runtime_request_timeout);
@@ -483,6 +497,7 @@ impl NodeFlags {
             reservations,
             eviction,
             image_gc,
+            container_gc,
             shutdown,
             cluster,
             manifest_url,
@@ -614,6 +629,42 @@ mod tests {
         assert_eq!(
             c.dns.resolv_conf.as_deref(),
             Some(std::path::Path::new("/etc/resolv.conf"))
+        );
+    }
+
+    #[test]
+    fn container_gc_takes_the_kubelets_flags() {
+        use clap::Parser as _;
+        let cli = crate::cli::Cli::try_parse_from([
+            "wasmlet",
+            "--hostname-override=a",
+            "--minimum-container-ttl-duration=90s",
+            "--maximum-dead-containers-per-container",
+            "-1",
+            "--maximum-dead-containers=7",
+        ])
+        .unwrap();
+        let c = cli.node.resolve().unwrap();
+        assert_eq!(c.container_gc.min_age, Duration::from_secs(90));
+        assert_eq!(c.container_gc.max_per_pod_container, -1);
+        assert_eq!(c.container_gc.max_containers, 7);
+        let defaults = NodeFlags {
+            hostname_override: Some("a".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(defaults.container_gc, Default::default());
+        let bad = NodeFlags {
+            hostname_override: Some("a".into()),
+            minimum_container_ttl_duration: Some("soon".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(
+            bad.to_string().contains("--minimum-container-ttl-duration"),
+            "{bad}"
         );
     }
 

@@ -772,9 +772,8 @@ impl PodSyncer {
         {
             // A new attempt (the runtime names containers by attempt).
             rec.restart_count += 1;
-            if let Some(older) = rec.last_terminated.replace(old) {
-                remove_instance(runtime, pod, &c.name, &older.id).await;
-            }
+            // The older dead instance is container GC's to remove.
+            rec.last_terminated = Some(old);
         }
         if let Some(finished) = start.backoff_from {
             let key = format!("{}/{}", uid(pod), c.name);
@@ -798,9 +797,10 @@ impl PodSyncer {
                     ) {
                         // It never ran: nothing to keep.
                         remove_instance(runtime, pod, &c.name, &prev.id).await;
-                    } else if let Some(older) = rec.last_terminated.replace(prev) {
-                        // Keep one dead instance per container, as container GC does.
-                        remove_instance(runtime, pod, &c.name, &older.id).await;
+                    } else {
+                        // Shown as the last termination; the older dead instance is
+                        // container GC's to remove.
+                        rec.last_terminated = Some(prev);
                     }
                 }
                 rec.current = Some(status);

@@ -111,6 +111,8 @@ pub struct SyncLoop {
     /// Whether the node shuts down (no new pod then).
     shutdown: Option<crate::shutdown::ShutdownState>,
     evictions: Option<mpsc::Receiver<crate::eviction::Eviction>>,
+    /// What container GC keeps.
+    container_gc: crate::kuberuntime::gc::ContainerGcPolicy,
 }
 
 impl SyncLoop {
@@ -149,7 +151,14 @@ impl SyncLoop {
             shutdown: None,
             evictions: None,
             seen: HashSet::new(),
+            container_gc: Default::default(),
         }
+    }
+
+    /// Collects dead containers by `policy` (the kubelet's defaults otherwise).
+    pub fn with_container_gc(mut self, policy: crate::kuberuntime::gc::ContainerGcPolicy) -> Self {
+        self.container_gc = policy;
+        self
     }
 
     /// Runs the pods' probes with `probes`; `updates` names the pods whose results
@@ -563,7 +572,23 @@ impl SyncLoop {
         {
             tracing::info!(dir = %dir, "container GC: removed the log directory of a pod gone");
         }
+        // Pods whose content may go though a source still has them: evicted and
+        // stopped (the kubelet's `ShouldPodContentBeRemoved`).
+        let evicted: HashSet<String> = self
+            .pods
+            .keys()
+            .filter(|id| !active.contains(*id))
+            .filter(|id| {
+                self.statuses.status(id).is_some_and(|s| {
+                    s.phase.as_deref() == Some("Failed")
+                        && s.reason.as_deref() == Some(crate::thresholds::EVICTED)
+                })
+            })
+            .cloned()
+            .collect();
+        let gc_policy = self.container_gc;
         self.workers.tasks().spawn(async move {
+            let removable = |id: &str| !live.contains(id) || evicted.contains(id);
             for runtime in router.runtimes() {
                 let sandboxes = match runtime.list_pod_sandboxes().await {
                     Ok(sandboxes) => sandboxes,
@@ -577,13 +602,19 @@ impl SyncLoop {
                         continue;
                     }
                 };
-                // Container GC's share: dead, empty sandboxes of pods that run in a
-                // newer one.
+                // Container GC: dead instances beyond the policy, then dead, empty
+                // sandboxes of pods that run in a newer one or whose content may go.
                 let with_containers: HashSet<String> = match runtime.list_containers().await {
-                    Ok(cs) => cs.into_iter().map(|c| c.sandbox_id).collect(),
+                    Ok(cs) => {
+                        let gone = collect_containers(runtime.as_ref(), &cs, &gc_policy, &removable).await;
+                        cs.into_iter()
+                            .filter(|c| !gone.contains(&c.id))
+                            .map(|c| c.sandbox_id)
+                            .collect()
+                    }
                     Err(_) => sandboxes.iter().map(|s| s.id.clone()).collect(),
                 };
-                for sb in crate::kuberuntime::gc::stale_sandboxes(&sandboxes, &with_containers, &live) {
+                for sb in crate::kuberuntime::gc::stale_sandboxes(&sandboxes, &with_containers, &live, &removable) {
                     tracing::info!(sandbox = %sb.id, "container GC: removing a dead sandbox of a pod that runs in a newer one");
                     if let Err(e) = runtime.remove_pod_sandbox(&sb.id).await {
                         tracing::warn!(sandbox = %sb.id, "removing a dead sandbox: {e}");
@@ -603,4 +634,38 @@ impl SyncLoop {
             flag.store(false, Ordering::Release);
         });
     }
+}
+
+/// Removes the dead container instances container GC picks of one runtime's
+/// `containers`, with their log files: the ids removed.
+async fn collect_containers(
+    runtime: &dyn wasmlet_runtime::Runtime,
+    containers: &[wasmlet_runtime::Container],
+    policy: &crate::kuberuntime::gc::ContainerGcPolicy,
+    removable: &(dyn Fn(&str) -> bool + Sync),
+) -> HashSet<String> {
+    let now = jiff::Timestamp::now();
+    let mut gone = HashSet::new();
+    for c in crate::kuberuntime::gc::collectable_containers(containers, policy, now, removable) {
+        // The log path is the runtime's to tell, and only while the container exists.
+        let log = runtime
+            .container_status(&c.id)
+            .await
+            .ok()
+            .map(|s| s.log_path);
+        match runtime.remove_container(&c.id).await {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                tracing::warn!(container = %c.id, "container GC: removing a dead container: {e}");
+                continue;
+            }
+        }
+        tracing::info!(container = %c.id, name = %c.metadata.name, attempt = c.metadata.attempt, "container GC: removed a dead container");
+        if let Some(log) = log {
+            crate::kuberuntime::gc::remove_container_logs(&log);
+        }
+        gone.insert(c.id.clone());
+    }
+    gone
 }

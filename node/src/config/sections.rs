@@ -129,6 +129,29 @@ fn ip_of(
 
 impl NodeFlags {
     /// Timing: every duration, parsed (see [`Timing::check`] for their bounds).
+    /// Container GC's policy, from the kubelet's flags of the same names (no
+    /// `KubeletConfiguration` field has it).
+    pub(super) fn container_gc(
+        &self,
+        errors: &mut Vec<String>,
+    ) -> crate::kuberuntime::gc::ContainerGcPolicy {
+        let default = crate::kuberuntime::gc::ContainerGcPolicy::default();
+        crate::kuberuntime::gc::ContainerGcPolicy {
+            min_age: duration_of(
+                errors,
+                "--minimum-container-ttl-duration",
+                self.minimum_container_ttl_duration.as_ref(),
+                default.min_age,
+            ),
+            max_per_pod_container: self
+                .maximum_dead_containers_per_container
+                .unwrap_or(default.max_per_pod_container),
+            max_containers: self
+                .maximum_dead_containers
+                .unwrap_or(default.max_containers),
+        }
+    }
+
     pub(super) fn timing(
         &self,
         file: &KubeletConfiguration,

@@ -14,8 +14,8 @@ impl PodSyncer {
     /// Takes over what an earlier run of the node left of this pod in the runtime,
     /// found by the labels it wrote: the newest sandbox, and per container the newest
     /// instance (and the one before it, as the last termination) with its restart
-    /// count. Older sandboxes and instances, and containers the spec no longer has,
-    /// are removed. Nothing is created twice after an agent restart.
+    /// count. Older sandboxes and containers the spec no longer has are removed;
+    /// older instances are left to container GC. Nothing is created twice after an agent restart.
     /// [`Self::adopt`] on a draft of `st`, kept only when it succeeds: an adoption
     /// that fails half-way leaves nothing behind.
     pub(crate) async fn adopt_on_draft(
@@ -111,8 +111,7 @@ impl PodSyncer {
             }
             let rec = st.containers.entry(name_label.clone()).or_default();
             if rec.current.is_some() && rec.last_terminated.is_some() {
-                stale_containers.push((c.id, c.state));
-                continue;
+                continue; // an older dead instance: container GC's
             }
             let status = match runtime.container_status(&c.id).await {
                 Ok(s) => s,

@@ -188,7 +188,8 @@ fn sync_loop(config: &NodeConfig, mut managers: Managers, sources: Vec<String>) 
         Some(rx) => sync_loop.with_eviction(managers.pressure.clone(), rx),
         None => sync_loop,
     }
-    .with_shutdown(managers.shutdown_state.clone());
+    .with_shutdown(managers.shutdown_state.clone())
+    .with_container_gc(config.container_gc);
     let sync_loop = match managers.admission {
         Some(node) => sync_loop.with_admission(node, managers.events.clone()),
         None => sync_loop,

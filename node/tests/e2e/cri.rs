@@ -179,7 +179,9 @@ fn container_exit_codes_restarts_and_termination_behave_like_the_kubelets() {
         .unwrap();
     let message = waiting_message(&fails);
     assert!(message.starts_with("back-off "), "{message}");
-    let lines = node.container_log(&fails, "main", 1).unwrap();
+    // The current attempt's log (container GC keeps it; older ones may be gone).
+    let attempt = container(&fails).restart_count as u32;
+    let lines = node.container_log(&fails, "main", attempt).unwrap();
     assert_eq!(lines[0].text, "failing", "each attempt logs to <n>.log");
 
     // Termination: SIGTERM first; a container that handles it ends within its grace.
@@ -665,4 +667,85 @@ fn the_documentations_sidecar_examples_behave_as_documented() {
 
     node.remove_manifest("myapp.yaml").unwrap();
     node.wait_gone("myapp", LONG).unwrap();
+}
+
+/// The attempts whose log files a pod's container has, in order.
+fn logged_attempts(node: &Fixture, pod: &Pod, container: &str) -> Vec<u32> {
+    let dir = node.logs.join(format!(
+        "{}_{}_{}/{container}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or(""),
+        pod.metadata.uid.as_deref().unwrap_or("")
+    ));
+    let mut attempts: Vec<u32> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".log")?.parse().ok()
+        })
+        .collect();
+    attempts.sort();
+    attempts
+}
+
+#[test]
+fn container_gc_keeps_the_current_and_the_last_dead_instance_of_each_container() {
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let node = cri_node(&containerd, &["hello"]);
+    node.write_manifest(
+        "crashbox.yaml",
+        &busybox_pod("crashbox", "Always", 1, "echo attempt; exit 1"),
+    )
+    .unwrap();
+    node.write_manifest(
+        "crashwasm.yaml",
+        &manifest(
+            "crashwasm",
+            "hello",
+            "Always",
+            "    env:\n    - name: EXIT_CODE\n      value: \"1\"\n",
+        ),
+    )
+    .unwrap();
+    for name in ["crashbox", "crashwasm"] {
+        node.wait_pod(name, LONG, |p| container(p).restart_count >= 4)
+            .unwrap();
+    }
+    // Between restarts (2 s apart at most) and housekeeping passes (every second),
+    // each container has its current instance and the last dead one, nothing older:
+    // not in containerd, and no log file of an older attempt.
+    let settled = poll(LONG, || {
+        let boxed = node.pod("crashbox")?;
+        let wasm = node.pod("crashwasm")?;
+        let in_containerd = pod_containers(&containerd, &boxed).len();
+        let box_logs = logged_attempts(&node, &boxed, "main");
+        let wasm_logs = logged_attempts(&node, &wasm, "main");
+        (in_containerd <= 3 && box_logs.len() <= 2 && wasm_logs.len() <= 2).then_some((
+            in_containerd,
+            box_logs,
+            wasm_logs,
+        ))
+    });
+    let (in_containerd, box_logs, wasm_logs) =
+        settled.expect("container GC kept more than one dead instance per container");
+    eprintln!(
+        "containerd holds {in_containerd} (sandbox included); logs of attempts {box_logs:?} (busybox), {wasm_logs:?} (Wasm)"
+    );
+    for logs in [&box_logs, &wasm_logs] {
+        assert!(
+            logs.first().is_some_and(|a| *a >= 3),
+            "the logs of the first attempts went with their containers: {logs:?}"
+        );
+    }
+    // The status still shows the last termination.
+    for name in ["crashbox", "crashwasm"] {
+        let last = container(&node.pod(name).unwrap())
+            .last_state
+            .and_then(|s| s.terminated)
+            .unwrap_or_else(|| panic!("{name} shows no last termination"));
+        assert_eq!(last.exit_code, 1, "{name}");
+    }
 }

@@ -88,7 +88,12 @@ fn exit_codes_become_succeeded_or_failed_with_the_exit_code() {
 #[test]
 fn always_restarts_with_a_doubling_back_off() {
     // Back-off 500 ms doubling to 2 s (the node's config; the kubelet's is 10 s to 5 min).
-    let node = start(&["hello"]);
+    // Container GC keeps every dead attempt, so their logs can be read.
+    let node = start_with(NodeOptions {
+        images: vec!["hello".into()],
+        extra_args: vec!["--maximum-dead-containers-per-container=-1".into()],
+        ..Default::default()
+    });
     node.write_manifest(
         "crash.yaml",
         &manifest(
