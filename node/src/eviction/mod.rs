@@ -237,6 +237,12 @@ impl EvictionManager {
         by_priority(&mut act_on);
         let threshold = &act_on[0];
         let (resource, _) = threshold.meaning();
+        self.events.node(
+            &self.node_name,
+            crate::cluster::events::WARNING,
+            "EvictionThresholdMet",
+            &format!("Attempting to reclaim {}", resource.name()),
+        );
         // Disk: node-level reclaim first (every unused image), and no eviction if that
         // was enough (the kubelet's reclaimNodeLevelResources).
         if matches!(resource, Resource::EphemeralStorage | Resource::Inodes)

@@ -268,6 +268,15 @@ fn memory_pressure_evicts_best_effort_then_burstable_and_spares_guaranteed() {
             && e.involved_object.name.as_deref() == Some("best-effort")),
         "no Evicted event: {events:?}"
     );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("EvictionThresholdMet")
+                && e.type_.as_deref() == Some("Warning")
+                && e.involved_object.kind.as_deref() == Some("Node")
+                && e.message.as_deref() == Some("Attempting to reclaim memory")),
+        "no EvictionThresholdMet event on the Node: {events:?}"
+    );
     drop(containerd);
 }
 
