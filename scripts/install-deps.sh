@@ -12,11 +12,13 @@
 #                                     small filesystems
 #   dbus-daemon                       a private system bus the graceful-shutdown tests
 #                                     serve a stand-in logind on
+#   docker-registry apache2-utils     the loopback OCI registry image pulls are tested
+#                                     against, and htpasswd for its basic auth
 set -euo pipefail
 
 packages=(rustc-web cargo-web rust-web-src lld-19 wasi-libc
           containerd runc containernetworking-plugins busybox-static e2fsprogs mount
-          dbus-daemon)
+          dbus-daemon docker-registry apache2-utils)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -265,6 +265,17 @@ impl EvictionManager {
                 return Some(after);
             }
         }
+        // Disk: ranked on the volumes as they are now, not as last measured (within
+        // volumeStatsAggPeriod): the pod that filled the disk may have done it since.
+        let summary = if matches!(resource, Resource::EphemeralStorage | Resource::Inodes) {
+            self.stats
+                .summary(&pods, &runtimes, Detail::SignalsMeasured)
+                .await
+                .0
+        } else {
+            summary
+        };
+        let stats_of = |p: &Pod| summary.pods.iter().find(|s| s.pod_ref.uid == uid(p));
         let observed = observations.get(threshold.signal.as_str()).copied();
         tracing::warn!(
             signal = %threshold.signal,

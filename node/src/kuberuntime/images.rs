@@ -81,7 +81,9 @@ impl PodSyncer {
             format!("Pulling image {image:?}"),
         );
         let pull_started = std::time::Instant::now();
-        match runtime.pull_image(&image).await {
+        // No credentials are resolved for pods yet (imagePullSecrets, credential
+        // providers): anonymous pulls, or what the runtime itself is configured with.
+        match runtime.pull_image(&image, None).await {
             Ok(_) => {
                 self.pull_errors.lock().unwrap().remove(&key);
                 self.events.pod(

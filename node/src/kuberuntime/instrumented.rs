@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 use wasmlet_runtime::{
-    Capabilities, Container, ContainerConfig, ContainerFsUsage, ContainerResources,
+    AuthConfig, Capabilities, Container, ContainerConfig, ContainerFsUsage, ContainerResources,
     ContainerStatus, ExecResult, FilesystemUsage, Image, PodSandbox, PodSandboxConfig,
     PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion, StdioSession,
     Streams,
@@ -160,8 +160,8 @@ impl Runtime for InstrumentedRuntime {
         .await
     }
 
-    async fn pull_image(&self, image: &str) -> Result<String> {
-        self.record("pull_image", self.inner.pull_image(image))
+    async fn pull_image(&self, image: &str, auth: Option<&AuthConfig>) -> Result<String> {
+        self.record("pull_image", self.inner.pull_image(image, auth))
             .await
     }
 

@@ -36,7 +36,7 @@ fn sandbox_config() -> PodSandboxConfig {
 async fn running_container(runtime: &InstrumentedRuntime) -> String {
     let sandbox_config = sandbox_config();
     let sandbox = runtime.run_pod_sandbox(&sandbox_config).await.unwrap();
-    runtime.pull_image("img:1").await.unwrap();
+    runtime.pull_image("img:1", None).await.unwrap();
     let config = ContainerConfig {
         metadata: ContainerMetadata {
             name: "app".into(),

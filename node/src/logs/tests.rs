@@ -31,7 +31,7 @@ async fn setup(max_size: u64, max_files: usize, max_workers: usize) -> Setup {
     sandbox.metadata.uid = "uid".into();
     sandbox.log_directory = dir.path().join("default_web_uid");
     let sandbox_id = fake.run_pod_sandbox(&sandbox).await.unwrap();
-    fake.pull_image("img:1").await.unwrap();
+    fake.pull_image("img:1", None).await.unwrap();
     let id = start(&fake, &sandbox_id, &sandbox, "app").await;
     let log = sandbox.log_directory.join("app/0.log");
     let router = RuntimeRouter::new(

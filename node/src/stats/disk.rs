@@ -97,6 +97,11 @@ impl DuCache {
         {
             return Some(usage);
         }
+        self.measure(path, now)
+    }
+
+    /// The usage of `path` measured now, kept for later [`Self::get`]s.
+    pub fn measure(&self, path: &Path, now: Instant) -> Option<DiskUsage> {
         match du(path) {
             Ok(usage) => {
                 self.entries

@@ -136,6 +136,10 @@ pub enum Detail {
     /// the first time (the eviction manager's: it reads no CPU, and a memory
     /// threshold is acted on at once).
     Signals,
+    /// [`Detail::Signals`] with every volume measured now rather than within
+    /// `volumeStatsAggPeriod` (the eviction manager's, to rank pods for disk: a pod
+    /// that has just filled its emptyDir is seen as it is).
+    SignalsMeasured,
     /// [`Summary::cpu_and_memory_only`]'s fields (`?only_cpu_and_memory=true`,
     /// `/metrics/resource`): networks, filesystems, the image filesystem and rlimit
     /// are not read at all.
@@ -366,6 +370,7 @@ impl StatsProvider {
         layer_mounts: HashSet<PathBuf>,
         at: tokio::time::Instant,
         now: Time,
+        fresh: bool,
     ) -> DiskReading {
         let volumes: Vec<PathBuf> = plans
             .iter()
@@ -385,7 +390,12 @@ impl StatsProvider {
                 ..DiskReading::default()
             };
             for path in &volumes {
-                if let Some(u) = this.volumes.get(path, at) {
+                let usage = if fresh {
+                    this.volumes.measure(path, at)
+                } else {
+                    this.volumes.get(path, at)
+                };
+                if let Some(u) = usage {
                     out.volumes.insert(path.clone(), (u, fs_stats(path, now)));
                 }
             }
@@ -505,11 +515,14 @@ impl StatsProvider {
         runtimes: &[Arc<dyn Runtime>],
         detail: Detail,
     ) -> (Summary, bool) {
-        let full = matches!(detail, Detail::Full | Detail::Signals);
+        let full = matches!(
+            detail,
+            Detail::Full | Detail::Signals | Detail::SignalsMeasured
+        );
         let mut reading = self.read(pods.to_vec()).await;
         // A cgroup read for the first time: read everything again a window later,
         // so that it has a rate too.
-        let new = detail != Detail::Signals
+        let new = detail == Detail::Full
             && reading
                 .samples
                 .iter()
@@ -553,7 +566,8 @@ impl StatsProvider {
         let (layers, disk) = if full {
             let layers = writable_layers(runtimes).await;
             let mounts = layers.values().map(|l| l.mountpoint.clone()).collect();
-            let disk = self.read_disk(&plans, mounts, at, now).await;
+            let fresh = detail == Detail::SignalsMeasured;
+            let disk = self.read_disk(&plans, mounts, at, now, fresh).await;
             (layers, disk)
         } else {
             (HashMap::new(), DiskReading::default())
@@ -662,7 +676,7 @@ impl StatsProvider {
             pods: pod_stats,
         };
         match detail {
-            Detail::Full | Detail::Signals => {
+            Detail::Full | Detail::Signals | Detail::SignalsMeasured => {
                 let n = &mut summary.node;
                 n.network = self.network("net", None, now);
                 n.fs = disk.root_fs.clone();

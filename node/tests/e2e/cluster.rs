@@ -61,6 +61,17 @@ pub(crate) fn node_options(c: &Cluster, images: &[&str]) -> NodeOptions {
 }
 
 /// A pod bound to the node, as the scheduler would leave it.
+/// A pod named `name` in `default` with `spec` as it is.
+pub(crate) fn pod_with_spec(name: &str, spec: serde_json::Value) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": "default" },
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
 pub(crate) fn api_pod(name: &str, image_name: &str) -> Pod {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",

@@ -67,13 +67,7 @@ fn busybox(name: &str, script: &str, container: serde_json::Value, spec: serde_j
         .as_object_mut()
         .unwrap()
         .extend(spec.as_object().unwrap().clone());
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": { "name": name, "namespace": "default" },
-        "spec": pod_spec,
-    }))
-    .unwrap()
+    crate::cluster::pod_with_spec(name, pod_spec)
 }
 
 /// A busybox pod holding `mib` MiB: dd's buffer, full of zeros read into it, held

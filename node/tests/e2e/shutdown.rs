@@ -35,13 +35,7 @@ fn stubborn(name: &str, grace: i64, priority: Option<i32>) -> Pod {
         spec["priority"] = json!(p);
         spec["priorityClassName"] = json!("system-node-critical");
     }
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": { "name": name, "namespace": "default" },
-        "spec": spec,
-    }))
-    .unwrap()
+    crate::cluster::pod_with_spec(name, spec)
 }
 
 fn get(c: &Cluster, name: &str) -> Option<Pod> {

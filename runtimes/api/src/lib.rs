@@ -112,8 +112,9 @@ pub trait Runtime: Send + Sync + 'static {
     /// The detailed status of one container.
     async fn container_status(&self, container_id: &str) -> Result<ContainerStatus>;
 
-    /// Makes `image` available locally and returns its image id (a digest).
-    async fn pull_image(&self, image: &str) -> Result<String>;
+    /// Makes `image` available locally and returns its image id (a digest), pulling
+    /// it with `auth` when the registry wants credentials.
+    async fn pull_image(&self, image: &str, auth: Option<&AuthConfig>) -> Result<String>;
 
     /// The local image that `image` refers to, if there is one.
     async fn image_status(&self, image: &str) -> Result<Option<Image>>;

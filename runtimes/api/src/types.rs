@@ -269,6 +269,32 @@ pub struct ContainerStatus {
     pub log_path: PathBuf,
 }
 
+/// Credentials for one image pull (CRI's `AuthConfig`): a user name and password,
+/// or `auth` (base64 of `user:password`), or a token. Its `Debug` shows no secret.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct AuthConfig {
+    pub username: String,
+    pub password: String,
+    pub auth: String,
+    pub server_address: String,
+    pub identity_token: String,
+    pub registry_token: String,
+}
+
+impl std::fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |s: &str| if s.is_empty() { "" } else { "<redacted>" };
+        f.debug_struct("AuthConfig")
+            .field("username", &self.username)
+            .field("password", &set(&self.password))
+            .field("auth", &set(&self.auth))
+            .field("server_address", &self.server_address)
+            .field("identity_token", &set(&self.identity_token))
+            .field("registry_token", &set(&self.registry_token))
+            .finish()
+    }
+}
+
 /// An image in the runtime's local store.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Image {

@@ -307,6 +307,18 @@ pub(crate) fn image_spec(image: &str) -> cri::ImageSpec {
     }
 }
 
+/// Pull credentials as CRI carries them.
+pub(crate) fn auth_config(a: &wasmlet_runtime::AuthConfig) -> cri::AuthConfig {
+    cri::AuthConfig {
+        username: a.username.clone(),
+        password: a.password.clone(),
+        auth: a.auth.clone(),
+        server_address: a.server_address.clone(),
+        identity_token: a.identity_token.clone(),
+        registry_token: a.registry_token.clone(),
+    }
+}
+
 fn pod_metadata(m: Option<cri::PodSandboxMetadata>) -> PodMetadata {
     let m = m.unwrap_or_default();
     PodMetadata {

@@ -44,7 +44,7 @@ use wasmlet_proto::cri::v1 as cri;
 use wasmlet_proto::cri::v1::image_service_client::ImageServiceClient;
 use wasmlet_proto::cri::v1::runtime_service_client::RuntimeServiceClient;
 use wasmlet_runtime::{
-    Capabilities, Container, ContainerConfig, ContainerFsUsage, ContainerResources,
+    AuthConfig, Capabilities, Container, ContainerConfig, ContainerFsUsage, ContainerResources,
     ContainerStatus, Error, ExecResult, FilesystemUsage, Image, PodSandbox, PodSandboxConfig,
     PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion, Streams,
 };
@@ -549,12 +549,12 @@ impl Runtime for CriRuntime {
         Ok(convert::container_status(status, sandbox_id))
     }
 
-    async fn pull_image(&self, image: &str) -> Result<String> {
+    async fn pull_image(&self, image: &str, auth: Option<&AuthConfig>) -> Result<String> {
         // Like the kubelet, no deadline: a large image takes as long as it takes.
         let op = Op::new("PullImage", "image", image);
         let message = cri::PullImageRequest {
             image: Some(convert::image_spec(image)),
-            auth: None,
+            auth: auth.map(convert::auth_config),
             sandbox_config: None,
         };
         let response = self

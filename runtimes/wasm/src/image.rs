@@ -43,6 +43,8 @@ pub enum ImageError {
     },
     #[error("{archive}: {message}")]
     BadArchive { archive: PathBuf, message: String },
+    #[error("{image}: {message}")]
+    BadImage { image: String, message: String },
     #[error("image {0:?} is not in the node's image store")]
     NotFound(String),
     #[error("invalid image reference: {0}")]
@@ -234,6 +236,29 @@ impl ImageStore {
             message,
         };
         let files = read_tar(archive).map_err(|e| bad(format!("cannot read archive: {e}")))?;
+        self.import_layout(&files, &bad)
+    }
+
+    /// Imports what a registry pull fetched (an OCI image layout in memory), as
+    /// [`Self::import_archive`] imports an archive.
+    pub fn import_pulled(
+        &self,
+        image: &str,
+        files: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<Vec<ImageEntry>> {
+        let bad = |message: String| ImageError::BadImage {
+            image: image.to_owned(),
+            message,
+        };
+        self.import_layout(files, &bad)
+    }
+
+    /// Imports every image of an OCI image layout given as its files.
+    fn import_layout(
+        &self,
+        files: &BTreeMap<String, Vec<u8>>,
+        bad: &dyn Fn(String) -> ImageError,
+    ) -> Result<Vec<ImageEntry>> {
         let blob = |digest: &str| -> Result<&Vec<u8>> {
             let hex = digest
                 .strip_prefix("sha256:")
@@ -268,8 +293,8 @@ impl ImageStore {
                     desc.digest
                 ))
             })?;
-            let reference = reference::normalize(&name).map_err(&bad)?;
-            let manifest_desc = self.pick_manifest(desc, &blob, &bad)?;
+            let reference = reference::normalize(&name).map_err(bad)?;
+            let manifest_desc = self.pick_manifest(desc, &blob, bad)?;
             let manifest_bytes = blob(&manifest_desc.digest)?;
             let manifest: OciManifest = serde_json::from_slice(manifest_bytes)
                 .map_err(|e| bad(format!("manifest {}: {e}", manifest_desc.digest)))?;

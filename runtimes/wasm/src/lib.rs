@@ -15,6 +15,7 @@ pub mod engine;
 pub mod image;
 mod precompiled;
 pub mod protocol;
+pub mod registry;
 pub mod runtime;
 pub mod sandbox;
 mod stdio;

@@ -35,7 +35,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::Command;
 use tokio::sync::{broadcast, oneshot, watch};
 use wasmlet_runtime::{
-    Capabilities, Container, ContainerConfig, ContainerEventKind, ContainerFsUsage,
+    AuthConfig, Capabilities, Container, ContainerConfig, ContainerEventKind, ContainerFsUsage,
     ContainerResources, ContainerState, ContainerStatus, Error, ExecResult, FilesystemUsage, Image,
     ImageKind, PodSandbox, PodSandboxConfig, PodSandboxStatus, Result, Runtime, RuntimeEvent,
     RuntimeStatus, RuntimeVersion, SandboxState, StdioSession, Streams,
@@ -74,6 +74,8 @@ pub struct WasmRuntimeConfig {
     /// Where the cgroup filesystem is mounted, [`cgroup::DEFAULT_MOUNT_ROOT`] on a node;
     /// a pod's `cgroup_parent` is found below it.
     pub cgroup_mount_root: PathBuf,
+    /// How images missing from the store are pulled.
+    pub registry: crate::registry::RegistrySettings,
 }
 
 /// The native Wasm runtime.
@@ -84,6 +86,7 @@ pub struct WasmRuntime {
 
 struct Inner {
     images: ImageStore,
+    puller: crate::registry::Puller,
     config: WasmRuntimeConfig,
     sandboxes: Mutex<HashMap<String, Arc<SandboxHandle>>>,
     containers: Mutex<HashMap<String, ContainerStatus>>,
@@ -155,6 +158,7 @@ impl WasmRuntime {
         Ok(WasmRuntime {
             inner: Arc::new(Inner {
                 images,
+                puller: crate::registry::Puller::new(config.registry.clone()),
                 config,
                 sandboxes: Mutex::default(),
                 containers: Mutex::default(),
@@ -1273,19 +1277,52 @@ impl Runtime for WasmRuntime {
         self.container(container_id)
     }
 
-    async fn pull_image(&self, image: &str) -> Result<String> {
+    async fn pull_image(&self, image: &str, auth: Option<&AuthConfig>) -> Result<String> {
         match self.inner.images.resolve(image) {
-            Ok(entry) => Ok(entry.image.manifest_digest),
-            Err(e @ ImageError::NotFound(_)) => Err(Error::ImagePull {
-                image: image.to_owned(),
-                message: "not in the node's image store, and registry pulls are not supported \
-                          yet: import it with `wasmlet images import` or place its OCI archive \
-                          in <root-dir>/images"
-                    .into(),
-                source: Some(e.into()),
-            }),
-            Err(e) => Err(image_error(image, e)),
+            Ok(entry) => return Ok(entry.image.manifest_digest),
+            Err(ImageError::NotFound(_)) => {}
+            Err(e) => return Err(image_error(image, e)),
         }
+        let started = std::time::Instant::now();
+        let layout = self.inner.puller.pull(image, auth).await.map_err(|e| {
+            Error::image_pull(
+                image,
+                format!(
+                    "{e} (an image no registry serves is imported with `wasmlet images \
+                         import` or by placing its OCI archive in <root-dir>/images)"
+                ),
+            )
+        })?;
+        let size: usize = layout.values().map(Vec::len).sum();
+        let store = self.inner.images.clone();
+        let name = image.to_owned();
+        let entries = tokio::task::spawn_blocking(move || store.import_pulled(&name, &layout))
+            .await
+            .map_err(Error::internal_source)?
+            .map_err(|e| Error::image_pull(image, e.to_string()))?;
+        let entry = entries
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::image_pull(image, "the pulled layout held no image"))?;
+        tracing::info!(image, id = %entry.image.manifest_digest, bytes = size, elapsed = ?started.elapsed(), "pulled a Wasm image");
+        // Compiled now, so the first start does not wait for it.
+        let (wasm, digest, kind) = (
+            self.inner.images.blob_path(&entry.image.wasm_digest),
+            entry.image.wasm_digest.clone(),
+            entry.image.kind,
+        );
+        let cache_dir = self.inner.config.compile_cache_dir.clone();
+        let compiled = tokio::task::spawn_blocking(move || {
+            let engine = crate::engine::new_engine()?;
+            crate::engine::load(&engine, &cache_dir, &wasm, &digest, kind).map(|_| ())
+        })
+        .await
+        .map_err(Error::internal_source)?;
+        if let Err(e) = compiled {
+            // The sandbox compiles it on the first start instead, and says why it cannot.
+            tracing::warn!(image, "precompiling the pulled image: {e:#}");
+        }
+        Ok(entry.image.manifest_digest)
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<Image>> {
@@ -1588,6 +1625,7 @@ mod tests {
                 args: vec![],
             },
             cgroup_mount_root: dir.join("cgroup"),
+            registry: Default::default(),
         }
     }
 

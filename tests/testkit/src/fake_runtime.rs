@@ -20,7 +20,7 @@ use jiff::Timestamp;
 use sha2::{Digest, Sha256};
 use tokio::sync::{Semaphore, broadcast, watch};
 use wasmlet_runtime::{
-    Container, ContainerConfig, ContainerEventKind, ContainerResources, ContainerState,
+    AuthConfig, Container, ContainerConfig, ContainerEventKind, ContainerResources, ContainerState,
     ContainerStatus, Error, ExecResult, FilesystemUsage, Image, PodSandbox, PodSandboxConfig,
     PodSandboxStatus, Result, Runtime, RuntimeEvent, RuntimeStatus, RuntimeVersion, SandboxState,
 };
@@ -862,7 +862,7 @@ impl Runtime for FakeRuntime {
             .ok_or_else(|| Error::not_found("container", container_id))
     }
 
-    async fn pull_image(&self, image: &str) -> Result<String> {
+    async fn pull_image(&self, image: &str, _auth: Option<&AuthConfig>) -> Result<String> {
         self.begin(Call::PullImage(image.to_owned())).await?;
         if self.state().missing_images.contains(image) {
             return Err(Error::image_pull(image, "manifest unknown (fake runtime)"));
@@ -959,7 +959,7 @@ mod tests {
     async fn running(fake: &FakeRuntime, name: &str) -> (String, String, PodSandboxConfig) {
         let sc = sandbox_config("uid-1");
         let sb = fake.run_pod_sandbox(&sc).await.unwrap();
-        fake.pull_image("img:1").await.unwrap();
+        fake.pull_image("img:1", None).await.unwrap();
         let id = fake
             .create_container(&sb, &container_config(name, "img:1"), &sc)
             .await
@@ -973,7 +973,7 @@ mod tests {
         let fake = FakeRuntime::new();
         let sc = sandbox_config("uid-1");
         let sb = fake.run_pod_sandbox(&sc).await.unwrap();
-        fake.pull_image("img:1").await.unwrap();
+        fake.pull_image("img:1", None).await.unwrap();
         let id = fake
             .create_container(&sb, &container_config("app", "img:1"), &sc)
             .await
@@ -1126,7 +1126,7 @@ mod tests {
         let fake = FakeRuntime::new();
         fake.missing_image("gone:1");
         assert!(matches!(
-            fake.pull_image("gone:1").await,
+            fake.pull_image("gone:1", None).await,
             Err(Error::ImagePull { .. })
         ));
         assert_eq!(fake.image_status("gone:1").await.unwrap(), None);

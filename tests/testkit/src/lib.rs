@@ -17,3 +17,4 @@ pub mod health;
 pub mod images;
 pub mod node;
 pub mod pki;
+pub mod registry;

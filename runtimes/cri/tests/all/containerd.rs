@@ -142,7 +142,10 @@ async fn run_busybox(containerd: &Containerd) -> Result<()> {
             .await?
             .is_none()
     );
-    match runtime.pull_image("localhost/wasmlet-test/absent:1").await {
+    match runtime
+        .pull_image("localhost/wasmlet-test/absent:1", None)
+        .await
+    {
         Err(Error::ImagePull { message, .. }) => ensure!(!message.is_empty()),
         other => bail!("pulling an absent image: {other:?}"),
     }

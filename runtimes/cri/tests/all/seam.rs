@@ -86,7 +86,10 @@ async fn connects_lazily_and_recovers_when_the_socket_appears() {
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     let err = runtime.list_containers().await.unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
-    let err = runtime.pull_image("registry.local/x:1").await.unwrap_err();
+    let err = runtime
+        .pull_image("registry.local/x:1", None)
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, Error::Unavailable { .. }),
         "a dead runtime is not an image pull error: {err:?}"
@@ -382,7 +385,10 @@ async fn images() {
         None
     );
 
-    let err = r.pull_image("docker.io/library/nope:1").await.unwrap_err();
+    let err = r
+        .pull_image("docker.io/library/nope:1", None)
+        .await
+        .unwrap_err();
     let Error::ImagePull { image, message, .. } = &err else {
         panic!("{err:?}")
     };
@@ -394,7 +400,10 @@ async fn images() {
         "pulls have no deadline"
     );
 
-    let id = r.pull_image("registry.local/busybox:1").await.unwrap();
+    let id = r
+        .pull_image("registry.local/busybox:1", None)
+        .await
+        .unwrap();
     assert_eq!(id, "sha256:0123456789abcdef");
     let image = r
         .image_status("registry.local/busybox:1")

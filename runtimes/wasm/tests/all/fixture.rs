@@ -17,6 +17,7 @@ use wasmlet_runtime::{
 use wasmlet_runtime_wasm::cgroup;
 use wasmlet_runtime_wasm::crilog::{self, Record, Stream};
 use wasmlet_runtime_wasm::image::ImageEntry;
+use wasmlet_runtime_wasm::registry::RegistrySettings;
 use wasmlet_runtime_wasm::{HANDLER, SandboxCommand, WasmRuntime, WasmRuntimeConfig};
 
 /// The longest any single wait may take. A passing run never comes close; it only
@@ -66,6 +67,21 @@ impl Fixture {
         })
     }
 
+    /// A runtime with an empty image store that pulls with `registry`.
+    pub fn with_registry(registry: RegistrySettings) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let mount_root = Path::new(cgroup::DEFAULT_MOUNT_ROOT);
+        let runtime = WasmRuntime::new(WasmRuntimeConfig {
+            registry,
+            ..Self::config(dir.path(), mount_root)
+        })?;
+        Ok(Fixture {
+            runtime,
+            dir,
+            cgroup_mount_root: mount_root.to_owned(),
+        })
+    }
+
     fn config(dir: &Path, cgroup_mount_root: &Path) -> WasmRuntimeConfig {
         WasmRuntimeConfig {
             image_dir: dir.join("images"),
@@ -76,6 +92,7 @@ impl Fixture {
                 args: vec![],
             },
             cgroup_mount_root: cgroup_mount_root.to_owned(),
+            registry: Default::default(),
         }
     }
 

@@ -154,12 +154,12 @@ async fn list_images_groups_references_by_image_with_tags_and_digests() -> Resul
     )?;
     fx.runtime.images().import_archive(&archive)?;
 
-    let hello_id = fx.runtime.pull_image(&example_ref("hello")).await?;
+    let hello_id = fx.runtime.pull_image(&example_ref("hello"), None).await?;
     let component_id = fx
         .runtime
-        .pull_image(&example_ref("hello-component"))
+        .pull_image(&example_ref("hello-component"), None)
         .await?;
-    assert_eq!(fx.runtime.pull_image(mirror).await?, hello_id);
+    assert_eq!(fx.runtime.pull_image(mirror, None).await?, hello_id);
 
     let mut images = fx.runtime.list_images().await?;
     assert_eq!(images.len(), 2, "{images:#?}");

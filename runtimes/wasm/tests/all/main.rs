@@ -6,7 +6,7 @@
 //! [`exec`] (exec in running containers), [`adoption`] (a new node adopting sandboxes),
 //! [`cgroups`] (the sandbox in its pod cgroup, its `oom_score_adj`), [`logs`] (log
 //! rotation: a container's log reopened at its path), [`stdio`] (interactive execs and
-//! attaching to a container's stdio).
+//! attaching to a container's stdio), [`registry`] (pulls from a loopback registry).
 //! [`fixture`] holds the shared setup: a runtime in a tempdir, a pod, and waits
 //! that end on an event or a deadline.
 
@@ -20,4 +20,5 @@ mod lifecycle;
 mod limits;
 mod logs;
 mod network;
+mod registry;
 mod stdio;
