@@ -106,8 +106,11 @@ impl PodSyncer {
                     "Failed",
                     format!("Failed to pull image {image:?}: {e}"),
                 );
+                // The back-off runs from the failure, not from the start of a pull
+                // that may have taken a while (the kubelet's `backOff.Next(key, now)`).
+                let failed_at = Timestamp::now();
                 let mut backoff = self.image_backoff.lock().unwrap();
-                backoff.next(&key, now, now);
+                backoff.next(&key, failed_at, failed_at);
                 let delay = backoff.get(&key).unwrap_or(self.retry_after_error);
                 self.pull_errors.lock().unwrap().insert(key, e.to_string());
                 // Look again halfway through the back-off, so the status moves from

@@ -53,6 +53,7 @@ pub struct State {
     pub last_create: Option<cri::CreateContainerRequest>,
     pub last_stop: Option<cri::StopContainerRequest>,
     pub last_exec: Option<cri::ExecSyncRequest>,
+    pub last_pull: Option<cri::PullImageRequest>,
     pub event_calls: usize,
     pub open_event_streams: usize,
     next_id: u64,
@@ -76,6 +77,7 @@ impl Default for State {
             last_create: None,
             last_stop: None,
             last_exec: None,
+            last_pull: None,
             event_calls: 0,
             open_event_streams: 0,
             next_id: 1,
@@ -697,7 +699,9 @@ impl ImageService for Fake {
         request: Request<cri::PullImageRequest>,
     ) -> Result<Response<cri::PullImageResponse>, Status> {
         self.record("PullImage", &request);
-        let name = request.into_inner().image.unwrap_or_default().image;
+        let request = request.into_inner();
+        self.state().last_pull = Some(request.clone());
+        let name = request.image.unwrap_or_default().image;
         if !name.starts_with("registry.local/") {
             return Err(Status::unknown(format!(
                 "failed to pull and unpack image {name:?}: failed to resolve reference: \

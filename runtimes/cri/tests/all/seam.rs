@@ -400,11 +400,27 @@ async fn images() {
         "pulls have no deadline"
     );
 
+    let auth = wasmlet_runtime::AuthConfig {
+        username: "puller".into(),
+        password: "s3cret".into(),
+        server_address: "registry.local".into(),
+        ..Default::default()
+    };
     let id = r
-        .pull_image("registry.local/busybox:1", None)
+        .pull_image("registry.local/busybox:1", Some(&auth))
         .await
         .unwrap();
     assert_eq!(id, "sha256:0123456789abcdef");
+    let sent = s.fake.state().last_pull.clone().unwrap().auth.unwrap();
+    assert_eq!(
+        (
+            sent.username.as_str(),
+            sent.password.as_str(),
+            sent.server_address.as_str()
+        ),
+        ("puller", "s3cret", "registry.local"),
+        "the credentials reach the runtime as CRI's AuthConfig"
+    );
     let image = r
         .image_status("registry.local/busybox:1")
         .await
