@@ -255,6 +255,12 @@ struct WasmletSection {
     /// The node's Wasm plugins (`docs/plugins.md`).
     #[serde(default)]
     plugins: Vec<wasmlet_plugin_host::PluginConfig>,
+    /// Per-registry CA files for Wasm image pulls, `<dir>/<host[:port]>/*.crt`
+    /// (default `/etc/containers/certs.d`).
+    registry_certs_dir: Option<PathBuf>,
+    /// Registries (`host[:port]`) Wasm images are pulled from over plain HTTP.
+    #[serde(default)]
+    insecure_registries: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -334,6 +340,8 @@ pub struct NodeConfig {
     pub image_gc: crate::images::ImageGcPolicy,
     /// Container garbage collection.
     pub container_gc: crate::kuberuntime::gc::ContainerGcPolicy,
+    /// How the Wasm runtime reaches registries.
+    pub registry: wasmlet_runtime_wasm::registry::RegistrySettings,
     /// Graceful node shutdown's grace periods (all zero: off).
     pub shutdown: crate::shutdown::ShutdownConfig,
     /// Membership of a cluster; `None` runs standalone.
@@ -455,6 +463,13 @@ impl NodeFlags {
         let shutdown = sections::shutdown(&file, &mut errors);
         let node_name = self.node_name(&mut errors);
         let cri = self.cri(&file, timing.runtime_request_timeout);
+        let registry = wasmlet_runtime_wasm::registry::RegistrySettings {
+            certs_dir: section.registry_certs_dir.clone().unwrap_or_else(|| {
+                wasmlet_runtime_wasm::registry::RegistrySettings::default().certs_dir
+            }),
+            insecure: section.insecure_registries.clone(),
+            ..Default::default()
+        };
         let (plugins, runtime_handlers) =
             sections::wasmlet_section(section, cri.is_some(), &mut errors);
         let cluster = self.cluster(&file, &timing, &mut errors);
@@ -498,6 +513,7 @@ impl NodeFlags {
             eviction,
             image_gc,
             container_gc,
+            registry,
             shutdown,
             cluster,
             manifest_url,

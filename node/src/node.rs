@@ -350,7 +350,7 @@ async fn wasm_runtime(config: &NodeConfig) -> anyhow::Result<WasmRuntime> {
         cgroup_mount_root: std::path::PathBuf::from(
             wasmlet_runtime_wasm::cgroup::DEFAULT_MOUNT_ROOT,
         ),
-        registry: Default::default(),
+        registry: config.registry.clone(),
     })
     .context("starting the Wasm runtime")?;
     import_drop_dir(wasm.images(), &config.image_drop_dir());

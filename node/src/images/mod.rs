@@ -13,6 +13,8 @@
 //! eviction manager asks for every unused image to go ([`ImageGc::delete_unused`])
 //! before it evicts a pod for disk pressure.
 
+pub mod credentials;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

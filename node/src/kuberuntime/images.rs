@@ -81,9 +81,24 @@ impl PodSyncer {
             format!("Pulling image {image:?}"),
         );
         let pull_started = std::time::Instant::now();
-        // No credentials are resolved for pods yet (imagePullSecrets, credential
-        // providers): anonymous pulls, or what the runtime itself is configured with.
-        match runtime.pull_image(&image, None).await {
+        // The pod's pull secrets matching the image, best first, each tried until one
+        // works (the kubelet's keyring); none: an anonymous pull, or what the runtime
+        // itself is configured with.
+        let credentials = self.pull_credentials(pod, c, &image).await;
+        let mut pulled = None;
+        for auth in &credentials {
+            let attempt = runtime.pull_image(&image, Some(auth)).await;
+            let ok = attempt.is_ok();
+            pulled = Some(attempt);
+            if ok {
+                break;
+            }
+        }
+        let pulled = match pulled {
+            Some(p) => p,
+            None => runtime.pull_image(&image, None).await,
+        };
+        match pulled {
             Ok(_) => {
                 self.pull_errors.lock().unwrap().remove(&key);
                 self.events.pod(
@@ -121,5 +136,43 @@ impl PodSyncer {
                 })
             }
         }
+    }
+
+    /// The credentials of the pod's `imagePullSecrets` for `image`. A secret that
+    /// cannot be read or parsed is reported (the kubelet's
+    /// `FailedToRetrieveImagePullSecret`) and skipped.
+    async fn pull_credentials(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        image: &str,
+    ) -> Vec<wasmlet_runtime::AuthConfig> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let mut all = Vec::new();
+        let names = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.image_pull_secrets.iter().flatten())
+            .map(|r| r.name.clone());
+        for name in names {
+            let found = match self.objects.secret(namespace, &name).await {
+                Ok(Some(secret)) => crate::images::credentials::from_secret(&secret),
+                Ok(None) => Err(format!("secret {namespace}/{name} not found")),
+                Err(e) => Err(e),
+            };
+            match found {
+                Ok(credentials) => all.extend(credentials),
+                Err(e) => self.events.pod(
+                    pod,
+                    Some(&c.name),
+                    WARNING,
+                    "FailedToRetrieveImagePullSecret",
+                    format!(
+                        "Unable to retrieve some image pull secrets ({name}); attempting to pull the image may not succeed: {e}"
+                    ),
+                ),
+            }
+        }
+        crate::images::credentials::lookup(&all, image)
     }
 }

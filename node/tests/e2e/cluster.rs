@@ -61,6 +61,11 @@ pub(crate) fn node_options(c: &Cluster, images: &[&str]) -> NodeOptions {
 }
 
 /// A pod bound to the node, as the scheduler would leave it.
+/// The pod `name` in `default`, as the API server has it.
+pub(crate) fn get(c: &Cluster, name: &str) -> Option<Pod> {
+    c.api.get::<Pod>(Some("default"), name)
+}
+
 /// A pod named `name` in `default` with `spec` as it is.
 pub(crate) fn pod_with_spec(name: &str, spec: serde_json::Value) -> Pod {
     serde_json::from_value(serde_json::json!({

@@ -81,10 +81,6 @@ fn busybox_hog(name: &str, mib: u64, request: &str) -> Pod {
     )
 }
 
-fn get(c: &Cluster, name: &str) -> Option<Pod> {
-    c.api.get::<Pod>(Some("default"), name)
-}
-
 fn running_pod(c: &Cluster, name: &str) {
     if poll(LONG, || get(c, name).filter(|p| phase(p) == "Running")).is_none() {
         panic!(

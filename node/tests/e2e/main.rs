@@ -19,6 +19,7 @@ mod manifests;
 mod node_api;
 mod plugins;
 mod probes;
+mod registry;
 mod shutdown;
 mod stats;
 mod streaming;

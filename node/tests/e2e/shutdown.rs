@@ -38,10 +38,6 @@ fn stubborn(name: &str, grace: i64, priority: Option<i32>) -> Pod {
     crate::cluster::pod_with_spec(name, spec)
 }
 
-fn get(c: &Cluster, name: &str) -> Option<Pod> {
-    c.api.get::<Pod>(Some("default"), name)
-}
-
 fn ready_condition(c: &Cluster) -> Option<(String, String)> {
     let node = c.api.get::<Node>(None, NODE)?;
     node.status?

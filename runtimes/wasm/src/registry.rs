@@ -25,7 +25,7 @@ use wasmlet_runtime::AuthConfig;
 use crate::image::sha256_hex;
 
 /// How the node reaches registries.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RegistrySettings {
     /// Per-registry CA certificates, `<certs_dir>/<host[:port]>/*.crt`, trusted beside
     /// the system's (the `/etc/containers/certs.d` layout).
