@@ -98,7 +98,8 @@ pub fn from_secret(secret: &Secret) -> Result<Vec<Credential>, String> {
             auth: AuthConfig {
                 username,
                 password,
-                server_address: key.clone(),
+                // Left empty, as the kubelet leaves it: containerd checks a
+                // non-empty one against the host as a URL, which `host:port` is not.
                 ..Default::default()
             },
             key,
@@ -124,10 +125,17 @@ fn host_and_path(s: &str) -> (String, String) {
         .or_else(|| s.strip_prefix("http://"))
         .unwrap_or(s);
     let (host, path) = s.split_once('/').unwrap_or((s, ""));
-    (
-        host.to_ascii_lowercase(),
-        path.trim_end_matches('/').to_owned(),
-    )
+    // `/v1/` and `/v2/` name the API, not a repository (the docker client's rule).
+    let path = path.trim_end_matches('/');
+    let path = ["v1", "v2"]
+        .iter()
+        .find_map(|v| {
+            path.strip_prefix(v)
+                .filter(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+        .map(|rest| rest.trim_start_matches('/'))
+        .unwrap_or(path);
+    (host.to_ascii_lowercase(), path.to_owned())
 }
 
 /// The registry host and repository path of an image reference.
@@ -175,11 +183,8 @@ pub fn lookup(credentials: &[Credential], image: &str) -> Vec<AuthConfig> {
             let (k_host, k_path) = host_and_path(&c.key);
             let host_ok = host_matches(&k_host, &host)
                 || (DOCKER_HUB.contains(&host.as_str()) && DOCKER_HUB.contains(&k_host.as_str()));
-            // Docker Hub's keys carry the API path (`/v1/`), not a repository.
-            let path_ok = k_path.is_empty()
-                || DOCKER_HUB.contains(&k_host.as_str())
-                || repo == k_path
-                || repo.starts_with(&format!("{k_path}/"));
+            let path_ok =
+                k_path.is_empty() || repo == k_path || repo.starts_with(&format!("{k_path}/"));
             host_ok && path_ok
         })
         .collect();
@@ -267,6 +272,17 @@ mod tests {
         };
         assert_eq!(users("reg.local/team/app:1"), ["team", "any"]);
         assert_eq!(users("reg.local/teamwork/app"), ["any"]);
+        let api_path = secret(
+            DOCKER_CONFIG_JSON,
+            DOCKER_CONFIG_JSON_KEY,
+            serde_json::json!({"auths": {"https://reg.local:5000/v2/": {"username": "v2", "password": "3"}}}),
+        );
+        let creds = from_secret(&api_path).unwrap();
+        assert_eq!(
+            lookup(&creds, "reg.local:5000/any/app").len(),
+            1,
+            "/v2/ is no repository"
+        );
     }
 
     #[test]

@@ -135,3 +135,69 @@ fn a_wasm_pod_pulls_its_image_with_its_pull_secret_by_tag_and_by_digest() {
         get(&c, "pinned").filter(|p| phase(p) == "Succeeded")
     });
 }
+
+#[test]
+fn a_container_pod_pulls_its_image_through_containerd_with_its_pull_secret() {
+    use wasmlet_testkit::containerd::{Containerd, images};
+    let registry = Registry::start().expect("the registry starts");
+    let busybox = images::test_images(std::path::Path::new(images::BUSYBOX_BINARY))
+        .unwrap()
+        .into_iter()
+        .find(|i| i.reference == images::BUSYBOX_IMAGE)
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let digest = rt
+        .block_on(registry.push_image("edge/busybox", "v1", &busybox.oci))
+        .expect("the push");
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    containerd
+        .trust_registry(&registry.host, registry.ca.pem())
+        .unwrap();
+    let c = cluster();
+    let _node = start_with(node_options(&c, &[]).with_cri(containerd.address()));
+    c.api
+        .create(&pull_secret("regcred", &registry.host, PASSWORD))
+        .unwrap();
+    let image = format!("{}/edge/busybox:v1", registry.host);
+    let boxed = |name: &str, secret: Option<&str>| {
+        let mut pod = registry_pod(name, &image, secret);
+        let spec = pod.spec.as_mut().unwrap();
+        spec.containers[0].command = Some(vec!["sh".into(), "-c".into(), "echo pulled".into()]);
+        pod
+    };
+
+    c.api.create(&boxed("anonymous", None)).unwrap();
+    let p = wait("the anonymous pull to fail", LONG, || {
+        get(&c, "anonymous").filter(|p| {
+            matches!(
+                waiting_reason(p).as_deref(),
+                Some("ErrImagePull" | "ImagePullBackOff")
+            )
+        })
+    });
+    let message = waiting_message(&p);
+    assert!(
+        message.to_lowercase().contains("unauthorized") || message.contains("401"),
+        "{message}"
+    );
+
+    c.api
+        .create(&boxed("with-secret", Some("regcred")))
+        .unwrap();
+    let done = wasmlet_testkit::node::poll(LONG, || {
+        get(&c, "with-secret").filter(|p| phase(p) == "Succeeded")
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the pod with the secret did not succeed: {:?}",
+            get(&c, "with-secret").and_then(|p| p.status)
+        )
+    });
+    let id = container(&done).image_id;
+    assert!(id.ends_with(&digest), "{id}");
+    drop(containerd);
+}

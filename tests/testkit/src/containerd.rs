@@ -194,6 +194,10 @@ impl Layout {
     pub fn ipam_dir(&self) -> PathBuf {
         self.dir.join("cni").join("ipam")
     }
+    /// The CRI registry `config_path`: `<host:port>/hosts.toml` per registry.
+    pub fn registry_config_dir(&self) -> PathBuf {
+        self.dir.join("certs.d")
+    }
     /// runc's `--root`.
     pub fn runc_root(&self) -> PathBuf {
         self.state().join("runc")
@@ -264,6 +268,9 @@ disabled_plugins = [{disabled}]
     bin_dir = {bin_dir}
     conf_dir = {conf_dir}
     max_conf_num = 1
+
+  [{cri}.registry]
+    config_path = {registry}
 "#,
         prefix = layout.prefix,
         root = p(layout.root()),
@@ -274,6 +281,7 @@ disabled_plugins = [{disabled}]
         runc_root = p(layout.runc_root()),
         bin_dir = toml_str(CNI_BIN_DIR),
         conf_dir = p(layout.cni_conf_dir()),
+        registry = p(layout.registry_config_dir()),
     )
 }
 
@@ -571,6 +579,28 @@ impl Containerd {
 
     /// Build [`images::BUSYBOX_IMAGE`] and [`images::PAUSE_IMAGE`] and import
     /// them into `k8s.io`; images already there with the same digest are skipped.
+    /// Makes containerd trust `ca_pem` for the registry at `host` (`host:port`), in
+    /// its `hosts.toml` layout.
+    pub fn trust_registry(&self, host: &str, ca_pem: &str) -> Result<()> {
+        let dir = self.layout.registry_config_dir().join(host);
+        std::fs::create_dir_all(&dir)?;
+        let ca = dir.join("ca.crt");
+        std::fs::write(&ca, ca_pem)?;
+        std::fs::write(
+            dir.join("hosts.toml"),
+            format!(
+                "server = {server}
+
+[host.{server}]
+  ca = {ca}
+",
+                server = toml_str(&format!("https://{host}")),
+                ca = toml_str(&ca.to_string_lossy()),
+            ),
+        )?;
+        Ok(())
+    }
+
     pub fn import_test_images(&self) -> Result<()> {
         let dir = self.layout.dir.join("images");
         let present = self.images()?;

@@ -105,58 +105,74 @@ impl Registry {
     /// Pushes `wasm` as a CNCF Wasm artifact to `<host>/<repository>:<tag>`: its
     /// manifest digest.
     pub async fn push_wasm(&self, repository: &str, tag: &str, wasm: &[u8]) -> Result<String> {
+        let config = br#"{"architecture":"wasm","os":"wasip1","layerDigests":[]}"#.to_vec();
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "artifactType": "application/wasm",
+            "config": {
+                "mediaType": "application/vnd.wasm.config.v0+json",
+                "digest": digest(&config),
+                "size": config.len(),
+            },
+            "layers": [{
+                "mediaType": "application/wasm",
+                "digest": digest(wasm),
+                "size": wasm.len(),
+            }],
+        }))?;
+        self.push(repository, tag, &[&config, wasm], manifest).await
+    }
+
+    /// Pushes a test image (config, layers, manifest) to `<host>/<repository>:<tag>`:
+    /// its manifest digest.
+    pub async fn push_image(
+        &self,
+        repository: &str,
+        tag: &str,
+        image: &crate::images::OciImage,
+    ) -> Result<String> {
+        let mut blobs: Vec<&[u8]> = vec![&image.config.data];
+        blobs.extend(image.layers.iter().map(|l| l.data.as_slice()));
+        self.push(repository, tag, &blobs, image.manifest.data.clone())
+            .await
+    }
+
+    /// Pushes `blobs`, then `manifest` (an OCI image manifest naming them) as the tag.
+    async fn push(
+        &self,
+        repository: &str,
+        tag: &str,
+        blobs: &[&[u8]],
+        manifest: Vec<u8>,
+    ) -> Result<String> {
         let reference: Reference = format!("{}/{repository}:{tag}", self.host).parse()?;
-        let ca = self.ca.pem().as_bytes().to_vec();
-        let wasm = wasm.to_vec();
-        {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            let client = oci_client::Client::new(ClientConfig {
-                extra_root_certificates: vec![Certificate {
-                    encoding: CertificateEncoding::Pem,
-                    data: ca,
-                }],
-                ..Default::default()
-            });
-            let auth = RegistryAuth::Basic(USER.into(), PASSWORD.into());
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = oci_client::Client::new(ClientConfig {
+            extra_root_certificates: vec![Certificate {
+                encoding: CertificateEncoding::Pem,
+                data: self.ca.pem().as_bytes().to_vec(),
+            }],
+            ..Default::default()
+        });
+        let auth = RegistryAuth::Basic(USER.into(), PASSWORD.into());
+        client
+            .auth(&reference, &auth, oci_client::RegistryOperation::Push)
+            .await?;
+        for blob in blobs {
             client
-                .auth(&reference, &auth, oci_client::RegistryOperation::Push)
+                .push_blob(&reference, blob.to_vec(), &digest(blob))
                 .await?;
-            let config = br#"{"architecture":"wasm","os":"wasip1","layerDigests":[]}"#.to_vec();
-            let config_digest = digest(&config);
-            let wasm_digest = digest(&wasm);
-            client
-                .push_blob(&reference, config.clone(), &config_digest)
-                .await?;
-            client
-                .push_blob(&reference, wasm.clone(), &wasm_digest)
-                .await?;
-            let manifest = serde_json::to_vec(&serde_json::json!({
-                "schemaVersion": 2,
-                "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "artifactType": "application/wasm",
-                "config": {
-                    "mediaType": "application/vnd.wasm.config.v0+json",
-                    "digest": config_digest,
-                    "size": config.len(),
-                },
-                "layers": [{
-                    "mediaType": "application/wasm",
-                    "digest": wasm_digest,
-                    "size": wasm.len(),
-                }],
-            }))?;
-            let manifest_digest = digest(&manifest);
-            client
-                .push_manifest_raw(
-                    &reference,
-                    manifest,
-                    hyper::http::HeaderValue::from_static(
-                        "application/vnd.oci.image.manifest.v1+json",
-                    ),
-                )
-                .await?;
-            Ok(manifest_digest)
         }
+        let manifest_digest = digest(&manifest);
+        client
+            .push_manifest_raw(
+                &reference,
+                manifest,
+                hyper::http::HeaderValue::from_static("application/vnd.oci.image.manifest.v1+json"),
+            )
+            .await?;
+        Ok(manifest_digest)
     }
 }
 
