@@ -20,15 +20,6 @@ fn cri_node(containerd: &Containerd, images: &[&str]) -> Fixture {
     )
 }
 
-/// The message of the (only) container's waiting state.
-fn waiting_message(p: &Pod) -> String {
-    container(p)
-        .state
-        .and_then(|s| s.waiting)
-        .and_then(|w| w.message)
-        .unwrap_or_default()
-}
-
 /// A one-container busybox pod running `sh -c <script>`.
 fn busybox_pod(name: &str, restart_policy: &str, grace: u32, script: &str) -> String {
     format!(

@@ -111,6 +111,15 @@ pub fn waiting_reason(p: &Pod) -> Option<String> {
     container(p).state?.waiting?.reason
 }
 
+/// The message of the (only) container's waiting state.
+pub fn waiting_message(p: &Pod) -> String {
+    container(p)
+        .state
+        .and_then(|s| s.waiting)
+        .and_then(|w| w.message)
+        .unwrap_or_default()
+}
+
 pub fn terminated_exit(p: &Pod) -> Option<(i32, String)> {
     let t = container(p).state?.terminated?;
     Some((t.exit_code, t.reason.unwrap_or_default()))

@@ -36,12 +36,13 @@ fn registry_pod(name: &str, image: &str, secret: Option<&str>) -> Pod {
     pod_with_spec(name, spec)
 }
 
-fn waiting_message(p: &Pod) -> String {
-    container(p)
-        .state
-        .and_then(|s| s.waiting)
-        .and_then(|w| w.message)
-        .unwrap_or_default()
+/// Runs a push to the registry (the tests themselves are not async).
+fn block_on<F: std::future::Future>(push: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(push)
 }
 
 #[test]
@@ -53,13 +54,7 @@ fn a_wasm_pod_pulls_its_image_with_its_pull_secret_by_tag_and_by_digest() {
             .join("hello.wasm"),
     )
     .unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let digest = rt
-        .block_on(registry.push_wasm("edge/hello", "v1", &wasm))
-        .expect("the push");
+    let digest = block_on(registry.push_wasm("edge/hello", "v1", &wasm)).expect("the push");
     let c = cluster();
     let mut opts = node_options(&c, &[]);
     opts.wasmlet_config = format!("  registryCertsDir: {}\n", registry.certs_dir().display());
@@ -145,13 +140,8 @@ fn a_container_pod_pulls_its_image_through_containerd_with_its_pull_secret() {
         .into_iter()
         .find(|i| i.reference == images::BUSYBOX_IMAGE)
         .unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let digest = rt
-        .block_on(registry.push_image("edge/busybox", "v1", &busybox.oci))
-        .expect("the push");
+    let digest =
+        block_on(registry.push_image("edge/busybox", "v1", &busybox.oci)).expect("the push");
     let containerd = Containerd::start().expect("containerd starts");
     containerd.import_test_images().expect("test images import");
     containerd
