@@ -244,34 +244,37 @@ impl EvictionManager {
             &format!("Attempting to reclaim {}", resource.name()),
         );
         // Disk: node-level reclaim first (every unused image), and no eviction if that
-        // was enough (the kubelet's reclaimNodeLevelResources).
-        if matches!(resource, Resource::EphemeralStorage | Resource::Inodes)
-            && let Some(gc) = &self.image_gc
-        {
-            // nodefs: the images kept on the root directory's filesystem (the Wasm
-            // store); imagefs and containerfs: the runtimes' own.
-            let on = threshold
-                .signal
-                .starts_with("nodefs.")
-                .then_some(self.root_dir.as_path());
-            let freed = gc.delete_unused_on(on).await;
-            let (summary, _) = self.stats.summary(&pods, &runtimes, Detail::Signals).await;
-            let after = observe(&summary, self.allocatable_memory);
-            // Relieved only when no threshold is met, minimum reclaim included (the
-            // kubelet's check after reclaimNodeLevelResources).
-            let still = signals::thresholds_met(&self.config.thresholds, &after, true);
-            tracing::info!(freed, signal = %threshold.signal, relieved = still.is_empty(), "eviction: reclaimed unused images before evicting");
-            if still.is_empty() {
-                return Some(after);
-            }
-        }
-        // Disk: ranked on the volumes as they are now, not as last measured (within
+        // was enough (the kubelet's reclaimNodeLevelResources). Pods are then ranked
+        // on their volumes as they are now, not as last measured (within
         // volumeStatsAggPeriod): the pod that filled the disk may have done it since.
         let summary = if matches!(resource, Resource::EphemeralStorage | Resource::Inodes) {
-            self.stats
-                .summary(&pods, &runtimes, Detail::SignalsMeasured)
-                .await
-                .0
+            if let Some(gc) = &self.image_gc {
+                // nodefs: the images kept on the root directory's filesystem (the Wasm
+                // store); imagefs and containerfs: the runtimes' own.
+                let on = threshold
+                    .signal
+                    .starts_with("nodefs.")
+                    .then_some(self.root_dir.as_path());
+                let freed = gc.delete_unused_on(on).await;
+                let (summary, _) = self
+                    .stats
+                    .summary(&pods, &runtimes, Detail::SignalsMeasured)
+                    .await;
+                let after = observe(&summary, self.allocatable_memory);
+                // Relieved only when no threshold is met, minimum reclaim included (the
+                // kubelet's check after reclaimNodeLevelResources).
+                let still = signals::thresholds_met(&self.config.thresholds, &after, true);
+                tracing::info!(freed, signal = %threshold.signal, relieved = still.is_empty(), "eviction: reclaimed unused images before evicting");
+                if still.is_empty() {
+                    return Some(after);
+                }
+                summary
+            } else {
+                self.stats
+                    .summary(&pods, &runtimes, Detail::SignalsMeasured)
+                    .await
+                    .0
+            }
         } else {
             summary
         };
