@@ -7,6 +7,8 @@
 #   WASMLET_DEMO_DIR=DIR          state, logs and the node's own log (default /tmp/wasmlet-demo)
 #   WASMLET_PORT=PORT             read-only port on 127.0.0.1 (default 10255)
 #   WASMLET_CGROUP_ROOT=PATH      the node's cgroupRoot (default: the kubelet's, /)
+#   WASMLET_BIN=PATH              run this wasmlet binary instead of building one (the
+#                                 test script passes the one its tests just built)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,10 +18,13 @@ port=${WASMLET_PORT:-10255}
 healthz_port=$((port + 1))
 
 scripts/install-deps.sh
-cargo build --profile "$profile" -p wasmlet-node --bin wasmlet
+if [ -n "${WASMLET_BIN:-}" ]; then
+  wasmlet=$WASMLET_BIN
+else
+  cargo build --profile "$profile" -p wasmlet-node --bin wasmlet
+  wasmlet=target/$([ "$profile" = dev ] && echo debug || echo "$profile")/wasmlet
+fi
 cargo xtask images >/dev/null
-target_dir=target/$([ "$profile" = dev ] && echo debug || echo "$profile")
-wasmlet=$target_dir/wasmlet
 
 rm -rf "$demo"
 mkdir -p "$demo/root/images" "$demo/pods"

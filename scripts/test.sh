@@ -25,7 +25,9 @@ echo "--- tests"
 cargo test --workspace --locked 2>&1 | tee target/test.log
 echo "--- the README's standalone node, 15 s"
 cgroup_root="/wasmlet-ci-run-$$"
-WASMLET_PROFILE=dev WASMLET_RUN_SECONDS=15 WASMLET_DEMO_DIR="$(mktemp -d /tmp/wasmlet-ci-run.XXXX)" \
+# The binary the e2e tests just ran (a build of the node alone unifies features
+# differently and would compile most of the tree again).
+WASMLET_BIN=target/debug/wasmlet WASMLET_RUN_SECONDS=15 WASMLET_DEMO_DIR="$(mktemp -d /tmp/wasmlet-ci-run.XXXX)" \
   WASMLET_PORT=18255 WASMLET_CGROUP_ROOT="$cgroup_root" scripts/run.sh | tee target/run.log
 # The node removed its pods' cgroups when it stopped; the empty hierarchy goes too.
 for hierarchy in /sys/fs/cgroup/*/; do

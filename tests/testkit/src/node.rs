@@ -79,6 +79,26 @@ impl Default for NodeOptions {
 /// which ignores these thresholds, still works.)
 const IMAGE_GC_OFF: &str = "imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n";
 
+/// Disk-pressure eviction likewise, unless a test sets `evictionHard`: with the
+/// kubelet's defaults a test node on a machine whose disk is more than 90 % full has
+/// DiskPressure from its first pass and refuses every API pod (static pods are
+/// critical and still run), which failed every cluster test on such a machine. The
+/// kubelet's memory threshold stays; the disk tests set theirs on a filesystem of
+/// their own.
+const EVICTION_MEMORY_ONLY: &str = "evictionHard: {memory.available: 100Mi}\n";
+
+/// The test node's defaults that the test's own `kubelet_config` does not set.
+fn test_defaults(kubelet_config: &str) -> String {
+    let mut defaults = IMAGE_GC_OFF.to_owned();
+    if !kubelet_config
+        .lines()
+        .any(|l| l.trim_start().starts_with("evictionHard:"))
+    {
+        defaults.push_str(EVICTION_MEMORY_ONLY);
+    }
+    defaults
+}
+
 /// A running node.
 pub struct TestNode {
     dir: tempfile::TempDir,
@@ -298,7 +318,7 @@ impl TestNode {
                  {}\
                  wasmlet:\n  housekeepingInterval: 1s\n  restartBackoff:\n    initial: {}ms\n    max: {}ms\n{}",
                 logs.display(),
-                IMAGE_GC_OFF,
+                test_defaults(&opts.kubelet_config),
                 opts.kubelet_config,
                 opts.backoff.0.as_millis(),
                 opts.backoff.1.as_millis(),
