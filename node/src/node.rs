@@ -497,6 +497,9 @@ async fn managers(
         pressure: pressure.clone(),
         evictions,
         memory_cgroups: memory_cgroups(container_manager.as_deref()),
+        memory_cgroups_v2: container_manager
+            .as_deref()
+            .is_some_and(|cm| cm.cgroups().version() == crate::cm::cgroup::Version::V2),
         image_gc: Some(image_gc.clone()),
         root_dir: config.root_dir.clone(),
         plugin: plugins
@@ -543,19 +546,22 @@ fn allocatable_memory(config: &NodeConfig, machine: &MachineFacts) -> Option<u64
     capacity.allocatable(&reservations).ok().map(|a| a.memory)
 }
 
-/// The memory cgroups whose usage thresholds the eviction manager watches (cgroup
-/// v1): the root for `memory.available`, the node allocatable cgroup for
-/// `allocatableMemory.available`.
+/// The memory cgroups the eviction manager watches: the root for `memory.available`,
+/// the node allocatable cgroup for `allocatableMemory.available` (on v1 their
+/// directories in the memory hierarchy, on v2 in the unified one).
 fn memory_cgroups(
     cm: Option<&crate::cm::ContainerManager>,
 ) -> Vec<(&'static str, std::path::PathBuf)> {
-    let root = std::path::PathBuf::from("/sys/fs/cgroup/memory");
     let Some(cm) = cm else {
-        return vec![("memory.available", root)];
+        return vec![(
+            "memory.available",
+            std::path::PathBuf::from("/sys/fs/cgroup/memory"),
+        )];
     };
-    if cm.cgroups().version() != crate::cm::cgroup::Version::V1 {
-        return Vec::new();
-    }
+    let root = match cm.cgroups().version() {
+        crate::cm::cgroup::Version::V1 => cm.cgroups().mount_root().join("memory"),
+        crate::cm::cgroup::Version::V2 => cm.cgroups().mount_root().to_owned(),
+    };
     let kubepods = cm.cgroups().path(cm.kubepods());
     vec![
         ("memory.available", root.clone()),

@@ -131,6 +131,9 @@ pub struct EvictionManager {
     /// The memory cgroups whose usage thresholds are watched, by signal (the root
     /// for `memory.available`, `kubepods` for `allocatableMemory.available`).
     pub memory_cgroups: Vec<(&'static str, std::path::PathBuf)>,
+    /// Whether those are cgroup v2 directories (pressure stall triggers and
+    /// `memory.events` are watched there instead of usage thresholds).
+    pub memory_cgroups_v2: bool,
     /// Image GC, for node-level reclaim before a disk eviction.
     pub image_gc: Option<Arc<crate::images::ImageGc>>,
     /// The node's root directory: its filesystem is nodefs.
@@ -173,7 +176,12 @@ impl EvictionManager {
         if self.memory_cgroups.is_empty() {
             return None;
         }
-        match memcg::Notifier::new(self.memory_cgroups.clone()) {
+        let notifier = if self.memory_cgroups_v2 {
+            memcg::Notifier::v2(self.memory_cgroups.iter().map(|(_, d)| d.clone()).collect())
+        } else {
+            memcg::Notifier::new(self.memory_cgroups.clone())
+        };
+        match notifier {
             Ok(n) => Some(n),
             Err(e) => {
                 tracing::info!(
