@@ -501,6 +501,7 @@ async fn managers(
             .as_deref()
             .is_some_and(|cm| cm.cgroups().version() == crate::cm::cgroup::Version::V2),
         image_gc: Some(image_gc.clone()),
+        container_gc: config.container_gc,
         root_dir: config.root_dir.clone(),
         plugin: plugins
             .clone()

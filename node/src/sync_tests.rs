@@ -764,3 +764,23 @@ async fn a_deleted_pods_final_status_carries_the_exit_codes_of_its_stop() {
         assert_eq!(t.exit_code, code);
     }
 }
+
+/// Disk-pressure reclaim removes every dead container of a finished pod (the kubelet's
+/// `DeleteAllUnusedContainers`): a sync after that starts nothing again, and the pod's
+/// containers keep their last state.
+#[tokio::test(start_paused = true)]
+async fn a_finished_pod_whose_dead_containers_were_removed_starts_nothing() {
+    let h = harness();
+    let pod = pod("uid-f", "Never", &["app"]);
+    let mut st = PodState::default();
+    h.syncer.sync_pod(&pod, &mut st).await;
+    let id = h.fake.exit("app", 0);
+    h.syncer.sync_pod(&pod, &mut st).await;
+    h.fake.remove_container(&id).await.unwrap();
+    h.fake.take_calls();
+    h.syncer.sync_pod(&pod, &mut st).await;
+    assert_eq!(script(&h.fake), Vec::<String>::new());
+    assert_eq!(state_of(&st, "app"), Some(ContainerState::Exited));
+    let status = pod_status(&pod, &st, None);
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+}

@@ -606,7 +606,7 @@ impl SyncLoop {
                 // sandboxes of pods that run in a newer one or whose content may go.
                 let with_containers: HashSet<String> = match runtime.list_containers().await {
                     Ok(cs) => {
-                        let gone = collect_containers(runtime.as_ref(), &cs, &gc_policy, &removable).await;
+                        let gone = crate::kuberuntime::gc::remove_dead_containers(runtime.as_ref(), &cs, &gc_policy, &removable).await;
                         cs.into_iter()
                             .filter(|c| !gone.contains(&c.id))
                             .map(|c| c.sandbox_id)
@@ -634,38 +634,4 @@ impl SyncLoop {
             flag.store(false, Ordering::Release);
         });
     }
-}
-
-/// Removes the dead container instances container GC picks of one runtime's
-/// `containers`, with their log files: the ids removed.
-async fn collect_containers(
-    runtime: &dyn wasmlet_runtime::Runtime,
-    containers: &[wasmlet_runtime::Container],
-    policy: &crate::kuberuntime::gc::ContainerGcPolicy,
-    removable: &(dyn Fn(&str) -> bool + Sync),
-) -> HashSet<String> {
-    let now = jiff::Timestamp::now();
-    let mut gone = HashSet::new();
-    for c in crate::kuberuntime::gc::collectable_containers(containers, policy, now, removable) {
-        // The log path is the runtime's to tell, and only while the container exists.
-        let log = runtime
-            .container_status(&c.id)
-            .await
-            .ok()
-            .map(|s| s.log_path);
-        match runtime.remove_container(&c.id).await {
-            Ok(()) => {}
-            Err(e) if e.is_not_found() => {}
-            Err(e) => {
-                tracing::warn!(container = %c.id, "container GC: removing a dead container: {e}");
-                continue;
-            }
-        }
-        tracing::info!(container = %c.id, name = %c.metadata.name, attempt = c.metadata.attempt, "container GC: removed a dead container");
-        if let Some(log) = log {
-            crate::kuberuntime::gc::remove_container_logs(&log);
-        }
-        gone.insert(c.id.clone());
-    }
-    gone
 }

@@ -12,9 +12,10 @@
 //! `sizeLimit` ([`local`]). An eviction plugin, when configured, orders the
 //! candidates; the built-in ranking stands when it fails.
 //!
-//! For a disk signal, unused images on the pressured filesystem are removed first
-//! ([`crate::images::ImageGc::delete_unused_on`]), and a pod is evicted only if that
-//! was not enough.
+//! For a disk signal, dead containers ([`Self::delete_all_unused_containers`]) and
+//! unused images on the pressured filesystem
+//! ([`crate::images::ImageGc::delete_unused_on`]) are removed first, and a pod is
+//! evicted only if that was not enough.
 
 pub mod local;
 pub mod memcg;
@@ -136,6 +137,8 @@ pub struct EvictionManager {
     pub memory_cgroups_v2: bool,
     /// Image GC, for node-level reclaim before a disk eviction.
     pub image_gc: Option<Arc<crate::images::ImageGc>>,
+    /// Container GC's policy, for the same reclaim (dead containers go first).
+    pub container_gc: crate::kuberuntime::gc::ContainerGcPolicy,
     /// The node's root directory: its filesystem is nodefs.
     pub root_dir: std::path::PathBuf,
     /// The eviction plugin that orders the candidates, if one is configured.
@@ -191,6 +194,46 @@ impl EvictionManager {
                 None
             }
         }
+    }
+
+    /// Node-level reclaim of dead containers (the kubelet's
+    /// `DeleteAllUnusedContainers`): container GC's policy over every runtime, and
+    /// every dead instance of a finished pod besides (the kubelet's
+    /// `ShouldPodRuntimeBeRemoved`), with their logs. The number removed.
+    async fn delete_all_unused_containers(&self) -> usize {
+        let finished: std::collections::HashSet<String> = self
+            .statuses
+            .pods()
+            .iter()
+            .filter(|p| {
+                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                matches!(phase, Some("Succeeded" | "Failed"))
+            })
+            .map(|p| uid(p).to_owned())
+            .collect();
+        let removable = |id: &str| finished.contains(id);
+        let mut removed = 0;
+        for runtime in self.router.runtimes() {
+            match runtime.list_containers().await {
+                Ok(containers) => {
+                    removed += crate::kuberuntime::gc::remove_dead_containers(
+                        runtime.as_ref(),
+                        &containers,
+                        &self.container_gc,
+                        &removable,
+                    )
+                    .await
+                    .len();
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        runtime = runtime.name(),
+                        "eviction: listing containers to reclaim dead ones: {e}"
+                    )
+                }
+            }
+        }
+        removed
     }
 
     /// The pods that may be evicted: known to the node and not finished.
@@ -256,6 +299,7 @@ impl EvictionManager {
         // on their volumes as they are now, not as last measured (within
         // volumeStatsAggPeriod): the pod that filled the disk may have done it since.
         let summary = if matches!(resource, Resource::EphemeralStorage | Resource::Inodes) {
+            let containers = self.delete_all_unused_containers().await;
             if let Some(gc) = &self.image_gc {
                 // nodefs: the images kept on the root directory's filesystem (the Wasm
                 // store); imagefs and containerfs: the runtimes' own.
@@ -272,7 +316,7 @@ impl EvictionManager {
                 // Relieved only when no threshold is met, minimum reclaim included (the
                 // kubelet's check after reclaimNodeLevelResources).
                 let still = signals::thresholds_met(&self.config.thresholds, &after, true);
-                tracing::info!(freed, signal = %threshold.signal, relieved = still.is_empty(), "eviction: reclaimed unused images before evicting");
+                tracing::info!(containers, freed, signal = %threshold.signal, relieved = still.is_empty(), "eviction: reclaimed dead containers and unused images before evicting");
                 if still.is_empty() {
                     return Some(after);
                 }

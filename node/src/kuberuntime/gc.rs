@@ -224,6 +224,40 @@ pub fn remove_pod_log_dirs(pod_logs_dir: &Path, live: &HashSet<String>) -> Vec<S
     removed
 }
 
+/// Removes the dead container instances container GC picks of one runtime's
+/// `containers`, with their log files: the ids removed.
+pub async fn remove_dead_containers(
+    runtime: &dyn wasmlet_runtime::Runtime,
+    containers: &[wasmlet_runtime::Container],
+    policy: &ContainerGcPolicy,
+    removable: &(dyn Fn(&str) -> bool + Sync),
+) -> HashSet<String> {
+    let now = jiff::Timestamp::now();
+    let mut gone = HashSet::new();
+    for c in collectable_containers(containers, policy, now, removable) {
+        // The log path is the runtime's to tell, and only while the container exists.
+        let log = runtime
+            .container_status(&c.id)
+            .await
+            .ok()
+            .map(|s| s.log_path);
+        match runtime.remove_container(&c.id).await {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                tracing::warn!(container = %c.id, "container GC: removing a dead container: {e}");
+                continue;
+            }
+        }
+        tracing::info!(container = %c.id, name = %c.metadata.name, attempt = c.metadata.attempt, "container GC: removed a dead container");
+        if let Some(log) = log {
+            remove_container_logs(&log);
+        }
+        gone.insert(c.id.clone());
+    }
+    gone
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

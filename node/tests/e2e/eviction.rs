@@ -591,7 +591,7 @@ fn node_images(c: &Cluster) -> Vec<String> {
 }
 
 #[test]
-fn disk_pressure_reclaims_unused_images_then_evicts_the_heaviest_consumer() {
+fn disk_pressure_reclaims_dead_containers_and_unused_images_then_evicts_the_heaviest_consumer() {
     let containerd = Containerd::start().expect("containerd starts");
     containerd.import_test_images().expect("test images import");
     // The node's root dir (with the Wasm image store) and pod logs on 64 MiB.
@@ -620,6 +620,27 @@ fn disk_pressure_reclaims_unused_images_then_evicts_the_heaviest_consumer() {
     // emptyDirs on the node's filesystem, the heavy one past 40 % left.
     c.api.create(&api_pod("tick", "ticker")).unwrap();
     running_pod(&c, "tick");
+    // A finished pod whose dead container holds a 4 MiB log: container GC keeps a
+    // finished pod's last instance, disk-pressure reclaim takes it.
+    c.api
+        .create(&busybox(
+            "done",
+            "i=0; while [ $i -lt 1024 ]; do head -c 4000 /dev/zero | tr '\\0' x; echo; i=$((i+1)); done",
+            json!({}),
+            json!({"restartPolicy": "Never"}),
+        ))
+        .unwrap();
+    wait("the log writer to succeed", LONG, || {
+        get(&c, "done").filter(|p| phase(p) == "Succeeded")
+    });
+    let done_log = wait("the log writer's log", LONG, || {
+        let dir = std::fs::read_dir(&node.logs)
+            .ok()?
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().contains("_done_"))?;
+        let log = dir.path().join("main").join("0.log");
+        (std::fs::metadata(&log).ok()?.len() > 4_000_000).then_some(log)
+    });
     let write =
         |mib: u32| format!("dd if=/dev/zero of=/data/f bs=1M count={mib} 2>/dev/null; sleep 3600");
     c.api
@@ -639,6 +660,14 @@ fn disk_pressure_reclaims_unused_images_then_evicts_the_heaviest_consumer() {
             .starts_with("The node was low on resource: ephemeral-storage. Threshold quantity: "),
         "{message}"
     );
+    // The finished pod's dead container and its log went before the eviction; the pod
+    // is still Succeeded.
+    assert!(
+        !done_log.exists(),
+        "{} outlived the disk reclaim",
+        done_log.display()
+    );
+    assert_eq!(phase(&get(&c, "done").unwrap()), "Succeeded");
     // Unused images went first; the one in use stayed.
     wait("the unused images to be gone", LONG, || {
         let images = node_images(&c);
