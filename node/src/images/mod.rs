@@ -149,6 +149,22 @@ impl ImageGc {
             .iter()
             .flat_map(|c| [c.image.as_str(), c.image_ref.as_str()])
             .collect();
+        let in_use: Vec<&str> = images
+            .iter()
+            .filter(|i| {
+                std::iter::once(&i.id)
+                    .chain(&i.repo_tags)
+                    .chain(&i.repo_digests)
+                    .any(|name| used.contains(name.as_str()))
+            })
+            .map(|i| i.repo_tags.first().unwrap_or(&i.id).as_str())
+            .collect();
+        tracing::debug!(
+            runtime = runtime.name(),
+            images = images.len(),
+            ?in_use,
+            "image garbage collection: detected"
+        );
         let mut all = self.records.lock().unwrap();
         let records = all.entry(runtime.name().to_owned()).or_default();
         let present: HashSet<&str> = images.iter().map(|i| i.id.as_str()).collect();

@@ -531,12 +531,12 @@ fn an_empty_dir_over_its_size_limit_gets_its_pod_evicted() {
 
 /// A small ext4 filesystem on a loop device, mounted for the test and unmounted when
 /// dropped.
-struct LoopFs {
+pub(crate) struct LoopFs {
     dir: tempfile::TempDir,
 }
 
 impl LoopFs {
-    fn new(mib: u64) -> LoopFs {
+    pub(crate) fn new(mib: u64) -> LoopFs {
         let dir = tempfile::Builder::new()
             .prefix("wasmlet-e2e-loopfs-")
             .tempdir()
@@ -566,7 +566,7 @@ impl LoopFs {
         LoopFs { dir }
     }
 
-    fn path(&self) -> std::path::PathBuf {
+    pub(crate) fn path(&self) -> std::path::PathBuf {
         self.dir.path().join("mnt")
     }
 }

@@ -12,6 +12,7 @@ mod cluster;
 mod cri;
 mod eviction;
 mod idle;
+mod image_gc;
 mod isolation;
 mod lifecycle;
 mod log_rotation;

@@ -89,11 +89,16 @@ const EVICTION_MEMORY_ONLY: &str = "evictionHard: {memory.available: 100Mi}\n";
 
 /// The test node's defaults that the test's own `kubelet_config` does not set.
 fn test_defaults(kubelet_config: &str) -> String {
-    let mut defaults = IMAGE_GC_OFF.to_owned();
-    if !kubelet_config
-        .lines()
-        .any(|l| l.trim_start().starts_with("evictionHard:"))
-    {
+    let sets = |key: &str| {
+        kubelet_config
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("{key}:")))
+    };
+    let mut defaults = String::new();
+    if !sets("imageGCHighThresholdPercent") && !sets("imageGCLowThresholdPercent") {
+        defaults.push_str(IMAGE_GC_OFF);
+    }
+    if !sets("evictionHard") {
         defaults.push_str(EVICTION_MEMORY_ONLY);
     }
     defaults
