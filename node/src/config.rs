@@ -150,6 +150,14 @@ pub struct NodeFlags {
     /// limit).
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub maximum_dead_containers: Option<i32>,
+    /// The CNI network configuration Wasm pods are attached with (default
+    /// `/etc/cni/net.d`; share containerd's so both kinds of pods share one network).
+    #[arg(long, value_name = "DIR")]
+    pub cni_conf_dir: Option<PathBuf>,
+    /// Where CNI plugin binaries are found, comma-separated (default `/opt/cni/bin`,
+    /// then `/usr/lib/cni`).
+    #[arg(long, value_name = "DIRS", value_delimiter = ',')]
+    pub cni_bin_dir: Vec<PathBuf>,
 }
 
 /// The fields of `KubeletConfiguration` (kubelet.config.k8s.io/v1beta1) wasmlet reads.
@@ -261,6 +269,10 @@ struct WasmletSection {
     /// Registries (`host[:port]`) Wasm images are pulled from over plain HTTP.
     #[serde(default)]
     insecure_registries: Vec<String>,
+    /// `--cni-conf-dir` in the file.
+    cni_conf_dir: Option<PathBuf>,
+    /// `--cni-bin-dir` in the file.
+    cni_bin_dir: Option<Vec<PathBuf>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -342,6 +354,8 @@ pub struct NodeConfig {
     pub container_gc: crate::kuberuntime::gc::ContainerGcPolicy,
     /// How the Wasm runtime reaches registries.
     pub registry: wasmlet_runtime_wasm::registry::RegistrySettings,
+    /// How Wasm pods get their pod network.
+    pub network: wasmlet_runtime_wasm::network::NetworkSettings,
     /// Graceful node shutdown's grace periods (all zero: off).
     pub shutdown: crate::shutdown::ShutdownConfig,
     /// Membership of a cluster; `None` runs standalone.
@@ -470,6 +484,7 @@ impl NodeFlags {
             insecure: section.insecure_registries.clone(),
             ..Default::default()
         };
+        let network = self.network(&section);
         let (plugins, runtime_handlers) =
             sections::wasmlet_section(section, cri.is_some(), &mut errors);
         let cluster = self.cluster(&file, &timing, &mut errors);
@@ -514,6 +529,7 @@ impl NodeFlags {
             image_gc,
             container_gc,
             registry,
+            network,
             shutdown,
             cluster,
             manifest_url,

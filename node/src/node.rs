@@ -351,6 +351,7 @@ async fn wasm_runtime(config: &NodeConfig) -> anyhow::Result<WasmRuntime> {
             wasmlet_runtime_wasm::cgroup::DEFAULT_MOUNT_ROOT,
         ),
         registry: config.registry.clone(),
+        network: Some(config.network.clone()),
     })
     .context("starting the Wasm runtime")?;
     import_drop_dir(wasm.images(), &config.image_drop_dir());

@@ -71,6 +71,8 @@ pub struct SandboxRecord {
     pub ready: bool,
     /// The pod's IP, when the runtime gave it a network of its own.
     pub ip: Option<String>,
+    /// Its other IPs (another family), from the same network.
+    pub additional_ips: Vec<String>,
     pub config: PodSandboxConfig,
 }
 

@@ -353,13 +353,44 @@ pub fn pod_status(pod: &Pod, st: &PodState, previous: Option<&PodStatus>) -> Pod
             .or_else(|| st.sandbox_error.clone()),
         reason: st.failure.as_ref().map(|(r, _)| r.clone()),
         pod_ip: st.sandbox.as_ref().and_then(|s| s.ip.clone()),
-        pod_ips: st
-            .sandbox
-            .as_ref()
-            .and_then(|s| s.ip.clone())
-            .map(|ip| vec![k8s_openapi::api::core::v1::PodIP { ip }]),
+        pod_ips: st.sandbox.as_ref().and_then(|s| {
+            let primary = s.ip.clone()?;
+            Some(
+                std::iter::once(primary)
+                    .chain(s.additional_ips.iter().cloned())
+                    .map(|ip| k8s_openapi::api::core::v1::PodIP { ip })
+                    .collect(),
+            )
+        }),
         ..Default::default()
     }
+}
+
+/// The node's addresses in a pod's status, as the kubelet's `generateAPIPodStatus`
+/// sets them: `hostIP`/`hostIPs` on every pod, and a `hostNetwork` pod (which has no
+/// address of its own) gets them as its `podIP`/`podIPs` too.
+pub fn with_host_ips(mut status: PodStatus, pod: &Pod, host_ips: &[String]) -> PodStatus {
+    use k8s_openapi::api::core::v1::{HostIP, PodIP};
+    if host_ips.is_empty() {
+        return status;
+    }
+    status.host_ip = host_ips.first().cloned();
+    status.host_ips = Some(
+        host_ips
+            .iter()
+            .map(|ip| HostIP { ip: ip.clone() })
+            .collect(),
+    );
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    if host_network && status.pod_ip.is_none() {
+        status.pod_ip = host_ips.first().cloned();
+        status.pod_ips = Some(host_ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect());
+    }
+    status
 }
 
 /// The final status of a pod whose containers were all stopped (it was deleted): the

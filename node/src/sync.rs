@@ -969,6 +969,7 @@ impl PodSyncer {
                 Ok(s) => {
                     sb.ready = s.state == SandboxState::Ready;
                     sb.ip = s.ip;
+                    sb.additional_ips = s.additional_ips;
                 }
                 Err(e) if e.is_not_found() => sb.ready = false,
                 Err(e) => tracing::warn!(sandbox = %sb.id, "sandbox status: {e}"),

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
@@ -208,6 +208,10 @@ async fn run_worker(
     let first_seen = Instant::now();
     let mut started = false;
     let mut syncs: u64 = 0;
+    // The API status: what the pod state shows, with the node's addresses.
+    let status_of = |pod: &Pod, st: &PodState, previous: Option<&PodStatus>| {
+        crate::status::with_host_ips(pod_status(pod, st, previous), pod, &syncer.host_ips)
+    };
     loop {
         let work = rx.borrow_and_update().clone();
         let pod = work.pod().clone();
@@ -231,7 +235,7 @@ async fn run_worker(
                 // a pod starting is Pending, and known to what reads the statuses (the
                 // eviction manager ranks what runs) while its containers start.
                 if syncs == 0 && statuses.status(&id).is_none() {
-                    statuses.set(pod.clone(), pod_status(&pod, &st, None));
+                    statuses.set(pod.clone(), status_of(&pod, &st, None));
                 }
                 let began = Instant::now();
                 let outcome = syncer.sync_pod(&pod, &mut st).instrument(span).await;
@@ -244,7 +248,7 @@ async fn run_worker(
                 crate::metrics::global().pod_worker(kind, began.elapsed());
                 syncer.snapshot_probes(&mut st);
                 let previous = statuses.status(&id);
-                let status = pod_status(&pod, &st, previous.as_ref());
+                let status = status_of(&pod, &st, previous.as_ref());
                 if previous.as_ref().and_then(|p| p.phase.as_ref()) != status.phase.as_ref() {
                     tracing::info!(pod = %full_name(&pod), phase = ?status.phase.as_deref().unwrap_or(""), "pod phase");
                 }
@@ -270,7 +274,7 @@ async fn run_worker(
                 crate::metrics::global()
                     .pod_worker(crate::metrics::SyncKind::Kill, began.elapsed());
                 let previous = statuses.status(&id);
-                let status = crate::status::terminal(pod_status(&pod, &st, previous.as_ref()));
+                let status = crate::status::terminal(status_of(&pod, &st, previous.as_ref()));
                 statuses.finish(pod, status);
                 let _ = done_tx.send(id);
                 return;

@@ -128,7 +128,28 @@ fn ip_of(
 }
 
 impl NodeFlags {
-    /// Timing: every duration, parsed (see [`Timing::check`] for their bounds).
+    /// The pod network of Wasm pods: `--cni-conf-dir` and `--cni-bin-dir` (the
+    /// kubelet's flags of its built-in CNI days), or `wasmlet.cniConfDir` and
+    /// `wasmlet.cniBinDir`, else their defaults.
+    pub(super) fn network(
+        &self,
+        section: &WasmletSection,
+    ) -> wasmlet_runtime_wasm::network::NetworkSettings {
+        let default = wasmlet_runtime_wasm::network::NetworkSettings::default();
+        wasmlet_runtime_wasm::network::NetworkSettings {
+            conf_dir: self
+                .cni_conf_dir
+                .clone()
+                .or_else(|| section.cni_conf_dir.clone())
+                .unwrap_or(default.conf_dir),
+            bin_dirs: Some(self.cni_bin_dir.clone())
+                .filter(|d| !d.is_empty())
+                .or_else(|| section.cni_bin_dir.clone())
+                .unwrap_or(default.bin_dirs),
+            netns_dir: default.netns_dir,
+        }
+    }
+
     /// Container GC's policy, from the kubelet's flags of the same names (no
     /// `KubeletConfiguration` field has it).
     pub(super) fn container_gc(

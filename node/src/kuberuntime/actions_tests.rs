@@ -86,6 +86,7 @@ fn state(ready: bool, containers: Vec<(ContainerStatus, u32)>) -> PodState {
             id: SB.into(),
             ready,
             ip: None,
+            additional_ips: Vec::new(),
             config: PodSandboxConfig::default(),
         }),
         sandbox_attempts: 1,

@@ -89,7 +89,8 @@ impl PodSyncer {
             st.sandbox = Some(SandboxRecord {
                 id: newest.id.clone(),
                 ready,
-                ip: status.and_then(|s| s.ip),
+                ip: status.as_ref().and_then(|s| s.ip.clone()),
+                additional_ips: status.map(|s| s.additional_ips).unwrap_or_default(),
                 config,
             });
             stale_sandboxes.extend(older.iter().map(|s| s.id.clone()));

@@ -133,18 +133,19 @@ impl PodSyncer {
             Ok(id) => {
                 st.sandbox_attempts += 1;
                 st.sandbox_error = None;
-                let ip = match runtime.pod_sandbox_status(&id).await {
-                    Ok(status) => status.ip,
+                let (ip, additional_ips) = match runtime.pod_sandbox_status(&id).await {
+                    Ok(status) => (status.ip, status.additional_ips),
                     // Without an IP until the next refresh reads it.
                     Err(e) => {
                         tracing::warn!(pod = %full_name(pod), sandbox = %id, error = %e, "reading the new sandbox's status");
-                        None
+                        (None, Vec::new())
                     }
                 };
                 st.sandbox = Some(SandboxRecord {
                     id,
                     ready: true,
                     ip,
+                    additional_ips,
                     config,
                 });
                 Ok(())

@@ -2,7 +2,7 @@
 //! (the Wasm runtime): the kubelet's SPDY port-forward (`portforward.k8s.io`). For each
 //! connection the client forwards it opens an `error` and a `data` stream carrying the
 //! same `requestid` and `port`; once both are there the node connects to the port on
-//! the pod's network (a Wasm pod has the node's, so `127.0.0.1`) and relays bytes both
+//! the pod's network (`127.0.0.1` in a Wasm pod's network namespace, or the node's) and relays bytes both
 //! ways, half-closes included. A port nothing listens on gets the kubelet's message on
 //! the error stream, and the session goes on serving the other connections.
 
@@ -26,7 +26,30 @@ pub struct Target {
     pub pod: String,
     pub uid: String,
     /// Where the pod's ports are.
-    pub host: std::net::IpAddr,
+    pub ports: PodPorts,
+}
+
+/// How the node reaches a Wasm pod's ports: `127.0.0.1` inside the pod's network
+/// namespace when it has one (as containerd dials for a container pod), else the
+/// node's own `127.0.0.1` (the node's network).
+#[derive(Clone, Debug, Default)]
+pub struct PodPorts {
+    pub netns: Option<std::path::PathBuf>,
+}
+
+/// How long a connection to a pod's port may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl PodPorts {
+    pub async fn connect(&self, port: u16) -> std::io::Result<tokio::net::TcpStream> {
+        let addr = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port));
+        match &self.netns {
+            Some(netns) => {
+                wasmlet_runtime_wasm::network::netns::connect(netns, addr, CONNECT_TIMEOUT).await
+            }
+            None => tokio::net::TcpStream::connect(addr).await,
+        }
+    }
 }
 
 /// Serves port-forward streams until the client ends the session.
@@ -61,7 +84,7 @@ async fn forward(error: Stream, data: Stream, target: Target) {
         data.writer.close().await;
         return;
     };
-    let tcp = match tokio::net::TcpStream::connect((target.host, port)).await {
+    let tcp = match target.ports.connect(port).await {
         Ok(t) => t,
         Err(e) => {
             let message = format!(

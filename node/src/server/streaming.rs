@@ -344,17 +344,22 @@ pub async fn port_forward(
             ),
         );
     };
+    // A Wasm pod with a network of its own is reached inside its namespace.
+    let netns = match runtime.pod_sandbox_status(&sandbox.id).await {
+        Ok(status) => status.network_namespace,
+        Err(e) => return runtime_error(&e),
+    };
     let target = portforward::Target {
         pod: pod.metadata.name.clone().unwrap_or_default(),
         uid: pod_uid,
-        host: std::net::Ipv4Addr::LOCALHOST.into(),
+        ports: portforward::PodPorts { netns },
     };
     let idle = state.idle_timeout;
     match runtime.port_forward(&sandbox.id, &ports).await {
         Ok(url) if tunnel => proxy_spdy_tunnel(req, &url).await,
         Ok(url) => proxy_stream(req, &url).await,
         // No streaming server (the Wasm runtime): the node relays to the pod's
-        // ports, on the node's network where a Wasm pod listens.
+        // ports itself.
         Err(RuntimeError::Unsupported { .. }) if tunnel => {
             let protocols = [websocket::SPDY_TUNNEL_PROTOCOL];
             websocket::upgrade(req, &protocols, idle, move |ws, _| async move {
@@ -362,11 +367,11 @@ pub async fn port_forward(
             })
         }
         Err(RuntimeError::Unsupported { .. }) if websocket => {
-            let (host, pod_name) = (target.host, target.pod);
+            let (pod_ports, pod_name) = (target.ports, target.pod);
             let protocols = websocket::PORT_FORWARD_PROTOCOLS;
             websocket::upgrade(req, protocols, idle, move |ws, protocol| {
                 let framing = websocket::Framing::of(&protocol);
-                websocket::serve_port_forward(ws, framing, host, ports, pod_name)
+                websocket::serve_port_forward(ws, framing, pod_ports, ports, pod_name)
             })
         }
         Err(RuntimeError::Unsupported { .. }) => {

@@ -363,13 +363,13 @@ pub async fn serve_stdio(
 /// How long the node waits for a client to answer its close.
 const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Serves a WebSocket port-forward of `ports` on `host`: one TCP connection per port
+/// Serves a WebSocket port-forward of `ports` of a pod: one TCP connection per port
 /// for the session, relayed on its data channel; a failure on its error channel. The
 /// session closes once every port's connection has ended.
 pub async fn serve_port_forward(
     ws: Socket,
     framing: Framing,
-    host: std::net::IpAddr,
+    pod_ports: super::portforward::PodPorts,
     ports: Vec<u16>,
     pod: String,
 ) {
@@ -389,7 +389,7 @@ pub async fn serve_port_forward(
         for channel in [data, error] {
             let _ = tx.send(framing.message(channel, &port.to_le_bytes())).await;
         }
-        match tokio::net::TcpStream::connect((host, *port)).await {
+        match pod_ports.connect(*port).await {
             Ok(tcp) => {
                 let (mut from_pod, to_pod) = tcp.into_split();
                 to_pods.push(Some(to_pod));

@@ -163,6 +163,9 @@ pub struct PodSandboxStatus {
     /// The pod's primary IP, if it has a network of its own.
     pub ip: Option<String>,
     pub additional_ips: Vec<String>,
+    /// The network namespace the runtime made for the pod, for a runtime whose pods
+    /// the node reaches inside it (the Wasm runtime's port-forward); CRI gives none.
+    pub network_namespace: Option<std::path::PathBuf>,
     pub labels: Labels,
     pub annotations: Labels,
     pub runtime_handler: String,

@@ -358,6 +358,7 @@ pub(crate) fn pod_sandbox_status(s: cri::PodSandboxStatus) -> PodSandboxStatus {
         created_at: timestamp(s.created_at),
         ip: (!network.ip.is_empty()).then_some(network.ip),
         additional_ips: network.additional_ips.into_iter().map(|ip| ip.ip).collect(),
+        network_namespace: None,
         labels: from_map(s.labels),
         annotations: from_map(s.annotations),
         runtime_handler: s.runtime_handler,

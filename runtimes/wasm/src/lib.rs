@@ -13,6 +13,7 @@ pub mod cgroup;
 pub mod crilog;
 pub mod engine;
 pub mod image;
+pub mod network;
 mod precompiled;
 pub mod protocol;
 pub mod registry;

@@ -76,6 +76,8 @@ pub struct WasmRuntimeConfig {
     pub cgroup_mount_root: PathBuf,
     /// How images missing from the store are pulled.
     pub registry: crate::registry::RegistrySettings,
+    /// The pod network: `None` runs every Wasm pod on the node's network.
+    pub network: Option<crate::network::NetworkSettings>,
 }
 
 /// The native Wasm runtime.
@@ -87,6 +89,7 @@ pub struct WasmRuntime {
 struct Inner {
     images: ImageStore,
     puller: crate::registry::Puller,
+    network: Option<crate::network::PodNetwork>,
     config: WasmRuntimeConfig,
     sandboxes: Mutex<HashMap<String, Arc<SandboxHandle>>>,
     containers: Mutex<HashMap<String, ContainerStatus>>,
@@ -132,6 +135,9 @@ struct SandboxHandle {
     /// `true` once the sandbox process has exited.
     exited: watch::Receiver<bool>,
     pid: Option<u32>,
+    /// Its pod network, when it has one of its own (kept after the teardown at stop,
+    /// as the addresses the pod had).
+    network: Option<crate::network::Record>,
 }
 
 /// What the node writes to `sandbox.json`.
@@ -159,6 +165,7 @@ impl WasmRuntime {
             inner: Arc::new(Inner {
                 images,
                 puller: crate::registry::Puller::new(config.registry.clone()),
+                network: config.network.clone().map(crate::network::PodNetwork::new),
                 config,
                 sandboxes: Mutex::default(),
                 containers: Mutex::default(),
@@ -494,7 +501,7 @@ impl WasmRuntime {
                     // the socket would run the pod a second time.
                     tracing::warn!(dir = %dir.display(), "cannot restore a Wasm sandbox: {e}; stopping it and removing its record");
                     kill_processes_serving(&dir.join("sandbox.sock"));
-                    let _ = std::fs::remove_dir_all(&dir);
+                    self.discard_sandbox_dir(&dir).await;
                 }
             }
         }
@@ -545,6 +552,7 @@ impl WasmRuntime {
             next_request: AtomicU64::new(1),
             exited: exited_rx,
             pid: record.pid,
+            network: crate::network::load(dir),
         });
         {
             let mut map = self.inner.containers.lock().unwrap();
@@ -616,6 +624,176 @@ impl WasmRuntime {
         }
         tracing::info!(sandbox = %record.id, pod = %handle.config.metadata.uid, "adopted a running Wasm sandbox");
         Ok(true)
+    }
+
+    /// Starts the sandbox process of sandbox `id` in `dir` (already made, with its
+    /// network attached when it has one of its own), waits for it to listen, and
+    /// registers it. On error the caller discards the directory and the network.
+    async fn start_sandbox_process(
+        &self,
+        id: &str,
+        dir: &std::path::Path,
+        config: &PodSandboxConfig,
+        pod_cgroup: Option<PodCgroup>,
+        network: Option<&crate::network::Record>,
+    ) -> Result<()> {
+        let socket = dir.join("sandbox.sock");
+        let id = id.to_owned();
+        let dir = dir.to_owned();
+        let internal = |what: &str, e: std::io::Error| {
+            Error::internal_from(format!("{what} {}", dir.display()), e)
+        };
+        let log = std::fs::File::create(dir.join("sandbox.log"))
+            .map_err(|e| internal("creating the sandbox log in", e))?;
+        let cmd = &self.inner.config.sandbox;
+        let mut command = Command::new(&cmd.program);
+        command
+            .args(&cmd.args)
+            .arg("--cache-dir")
+            .arg(&self.inner.config.compile_cache_dir)
+            .arg("--pod-uid")
+            .arg(&config.metadata.uid)
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--stream-socket")
+            .arg(dir.join(STREAM_SOCKET))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            // Its own process group: a terminal's Ctrl-C stops the node, and the node
+            // stops its pods; pods never see the signal directly.
+            .process_group(0)
+            // Tests that drop a runtime take its sandboxes with it; a node that dies
+            // runs no destructors, and its sandboxes live on to be adopted.
+            .kill_on_drop(true);
+        if let Some(record) = network {
+            command.arg("--netns").arg(&record.netns);
+        }
+        let cgroup_parent = pod_cgroup.as_ref().map(|c| c.parent().to_owned());
+        if let Some(pod_cgroup) = pod_cgroup {
+            let files: Vec<_> = pod_cgroup.procs_paths().collect();
+            tracing::debug!(pod = %config.metadata.uid, ?files, "the sandbox joins its pod cgroup");
+            pod_cgroup.join_on_spawn(&mut command);
+        }
+        let spawned = command.spawn();
+        // Closes the pod cgroup's files the child wrote to.
+        drop(command);
+        let mut child = spawned.map_err(|e| {
+            let placed = match &cgroup_parent {
+                Some(parent) => format!(" in pod cgroup {parent}"),
+                None => String::new(),
+            };
+            Error::internal_from(
+                format!(
+                    "cannot start sandbox process {}{placed}",
+                    cmd.program.display()
+                ),
+                e,
+            )
+        })?;
+        // Before the sandbox is even listening, so before any guest can run.
+        if let (Some(adj), Some(pid)) = (config.oom_score_adj, child.id()) {
+            match cgroup::set_oom_score_adj(pid, adj) {
+                Ok(_) => {}
+                // Gone already: the wait below reports how it ended.
+                Err(cgroup::Error::Io { source, .. })
+                    if source.raw_os_error() == Some(nix::errno::Errno::ESRCH as i32)
+                        || source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                    return Err(Error::internal_from(format!("sandbox process {pid}"), e));
+                }
+            }
+        }
+        let created_at = Timestamp::now();
+        let record = SandboxFile {
+            id: id.clone(),
+            config: config.clone(),
+            created_at,
+            pid: child.id(),
+        };
+        write_atomically(
+            &dir.join("sandbox.json"),
+            &serde_json::to_vec_pretty(&record).expect("records serialize"),
+        )
+        .map_err(|e| internal("recording the sandbox in", e))?;
+
+        // The sandbox binds its socket first thing; wait for it, or for its death.
+        let deadline = tokio::time::Instant::now() + SANDBOX_START_TIMEOUT;
+        let stream = loop {
+            match UnixStream::connect(&socket).await {
+                Ok(s) => break s,
+                Err(e) => {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        let log =
+                            std::fs::read_to_string(dir.join("sandbox.log")).unwrap_or_default();
+                        return Err(Error::internal(format!(
+                            "sandbox process exited ({status}) before listening: {}",
+                            log.trim()
+                        )));
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        let _ = child.start_kill();
+                        let _ = child.wait().await;
+                        return Err(Error::Timeout {
+                            operation: "starting a sandbox",
+                            after: SANDBOX_START_TIMEOUT,
+                        });
+                    }
+                    tracing::trace!(socket = %socket.display(), "sandbox not listening yet: {e}");
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+        };
+        let (read, write) = stream.into_split();
+        let (exited_tx, exited_rx) = watch::channel(false);
+        let handle = Arc::new(SandboxHandle {
+            id: id.clone(),
+            config: config.clone(),
+            created_at,
+            dir,
+            conn: tokio::sync::Mutex::new(Some(write)),
+            pending: Mutex::default(),
+            next_request: AtomicU64::new(1),
+            exited: exited_rx,
+            pid: child.id(),
+            network: network.cloned(),
+        });
+        self.inner
+            .sandboxes
+            .lock()
+            .unwrap()
+            .insert(id.clone(), handle.clone());
+        self.attach(handle, read, Some(child), exited_tx);
+        Ok(())
+    }
+
+    /// Detaches a stopped sandbox's pod network (CNI DEL, the namespace), once: an
+    /// error is the runtime's, for the node to retry the stop.
+    async fn detach_network(&self, sandbox: &SandboxHandle) -> Result<()> {
+        match &self.inner.network {
+            Some(n) if sandbox.network.is_some() => n.detach(&sandbox.dir).await.map_err(|e| {
+                Error::internal(format!(
+                    "tearing down the pod network of sandbox {}: {e}",
+                    sandbox.id
+                ))
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Removes a sandbox's directory after detaching its pod network (the record of
+    /// which is in the directory); a detach that fails is logged and the directory
+    /// kept, for the next restore to try again.
+    async fn discard_sandbox_dir(&self, dir: &std::path::Path) {
+        if let Some(n) = &self.inner.network
+            && let Err(e) = n.detach(dir).await
+        {
+            tracing::warn!(dir = %dir.display(), "detaching a sandbox's pod network: {e}; its directory is kept to try again");
+            return;
+        }
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     fn write_container_record(&self, sandbox: &SandboxHandle, status: &ContainerStatus) {
@@ -877,132 +1055,39 @@ impl Runtime for WasmRuntime {
             ),
             None => None,
         };
-        let internal = |what: &str, e: std::io::Error| {
-            Error::internal_from(format!("{what} {}", dir.display()), e)
+        // Likewise the network's configuration, read before anything is made.
+        let network = match &self.inner.network {
+            Some(n) if !config.host_network => n
+                .network()
+                .map_err(|e| Error::internal(format!("pod network: {e}")))?,
+            _ => None,
         };
-        std::fs::create_dir_all(&dir).map_err(|e| internal("creating", e))?;
-        let log = std::fs::File::create(dir.join("sandbox.log"))
-            .map_err(|e| internal("creating the sandbox log in", e))?;
-        let cmd = &self.inner.config.sandbox;
-        let mut command = Command::new(&cmd.program);
-        command
-            .args(&cmd.args)
-            .arg("--cache-dir")
-            .arg(&self.inner.config.compile_cache_dir)
-            .arg("--pod-uid")
-            .arg(&config.metadata.uid)
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--stream-socket")
-            .arg(dir.join(STREAM_SOCKET))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            // Its own process group: a terminal's Ctrl-C stops the node, and the node
-            // stops its pods; pods never see the signal directly.
-            .process_group(0)
-            // Tests that drop a runtime take its sandboxes with it; a node that dies
-            // runs no destructors, and its sandboxes live on to be adopted.
-            .kill_on_drop(true);
-        let cgroup_parent = pod_cgroup.as_ref().map(|c| c.parent().to_owned());
-        if let Some(pod_cgroup) = pod_cgroup {
-            let files: Vec<_> = pod_cgroup.procs_paths().collect();
-            tracing::debug!(pod = %config.metadata.uid, ?files, "the sandbox joins its pod cgroup");
-            pod_cgroup.join_on_spawn(&mut command);
-        }
-        let spawned = command.spawn();
-        // Closes the pod cgroup's files the child wrote to.
-        drop(command);
-        let mut child = spawned.map_err(|e| {
-            let _ = std::fs::remove_dir_all(&dir);
-            let placed = match &cgroup_parent {
-                Some(parent) => format!(" in pod cgroup {parent}"),
-                None => String::new(),
-            };
-            Error::internal_from(
-                format!(
-                    "cannot start sandbox process {}{placed}",
-                    cmd.program.display()
-                ),
-                e,
-            )
-        })?;
-        // Before the sandbox is even listening, so before any guest can run.
-        if let (Some(adj), Some(pid)) = (config.oom_score_adj, child.id()) {
-            match cgroup::set_oom_score_adj(pid, adj) {
-                Ok(_) => {}
-                // Gone already: the wait below reports how it ended.
-                Err(cgroup::Error::Io { source, .. })
-                    if source.raw_os_error() == Some(nix::errno::Errno::ESRCH as i32)
-                        || source.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    let _ = child.start_kill();
-                    let _ = std::fs::remove_dir_all(&dir);
-                    return Err(Error::internal_from(format!("sandbox process {pid}"), e));
-                }
-            }
-        }
-        let created_at = Timestamp::now();
-        let record = SandboxFile {
-            id: id.clone(),
-            config: config.clone(),
-            created_at,
-            pid: child.id(),
-        };
-        write_atomically(
-            &dir.join("sandbox.json"),
-            &serde_json::to_vec_pretty(&record).expect("records serialize"),
-        )
-        .map_err(|e| internal("recording the sandbox in", e))?;
-
-        // The sandbox binds its socket first thing; wait for it, or for its death.
-        let deadline = tokio::time::Instant::now() + SANDBOX_START_TIMEOUT;
-        let stream = loop {
-            match UnixStream::connect(&socket).await {
-                Ok(s) => break s,
-                Err(e) => {
-                    if let Ok(Some(status)) = child.try_wait() {
-                        let log =
-                            std::fs::read_to_string(dir.join("sandbox.log")).unwrap_or_default();
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::internal_from(format!("creating {}", dir.display()), e))?;
+        let attached = match (network, &self.inner.network) {
+            (Some(list), Some(pod_network)) => {
+                match pod_network.attach(&dir, &id, config, list).await {
+                    Ok(record) => Some(record),
+                    Err(e) => {
                         let _ = std::fs::remove_dir_all(&dir);
                         return Err(Error::internal(format!(
-                            "sandbox process exited ({status}) before listening: {}",
-                            log.trim()
+                            "setting up the pod network of sandbox {id}: {e}"
                         )));
                     }
-                    if tokio::time::Instant::now() > deadline {
-                        let _ = child.start_kill();
-                        let _ = std::fs::remove_dir_all(&dir);
-                        return Err(Error::Timeout {
-                            operation: "starting a sandbox",
-                            after: SANDBOX_START_TIMEOUT,
-                        });
-                    }
-                    tracing::trace!(socket = %socket.display(), "sandbox not listening yet: {e}");
-                    tokio::time::sleep(Duration::from_millis(2)).await;
                 }
             }
+            _ => None,
         };
-        let (read, write) = stream.into_split();
-        let (exited_tx, exited_rx) = watch::channel(false);
-        let handle = Arc::new(SandboxHandle {
-            id: id.clone(),
-            config: config.clone(),
-            created_at,
-            dir,
-            conn: tokio::sync::Mutex::new(Some(write)),
-            pending: Mutex::default(),
-            next_request: AtomicU64::new(1),
-            exited: exited_rx,
-            pid: child.id(),
-        });
-        self.inner
-            .sandboxes
-            .lock()
-            .unwrap()
-            .insert(id.clone(), handle.clone());
-        self.attach(handle, read, Some(child), exited_tx);
-        Ok(id)
+        match self
+            .start_sandbox_process(&id, &dir, config, pod_cgroup, attached.as_ref())
+            .await
+        {
+            Ok(()) => Ok(id),
+            Err(e) => {
+                self.discard_sandbox_dir(&dir).await;
+                Err(e)
+            }
+        }
     }
 
     async fn stop_pod_sandbox(&self, sandbox_id: &str) -> Result<()> {
@@ -1013,7 +1098,8 @@ impl Runtime for WasmRuntime {
         };
         let mut exited = sandbox.exited.clone();
         if *exited.borrow() {
-            return Ok(());
+            // Its process is gone; what it held in the network goes now.
+            return self.detach_network(&sandbox).await;
         }
         // The sandbox stops every container, answers, and exits.
         if let Err(e) = self.call(&sandbox, Op::Shutdown, REQUEST_TIMEOUT).await {
@@ -1031,7 +1117,7 @@ impl Runtime for WasmRuntime {
             }
             let _ = exited.wait_for(|e| *e).await;
         }
-        Ok(())
+        self.detach_network(&sandbox).await
     }
 
     async fn remove_pod_sandbox(&self, sandbox_id: &str) -> Result<()> {
@@ -1048,8 +1134,9 @@ impl Runtime for WasmRuntime {
         for c in &removed {
             self.emit(c, ContainerEventKind::Deleted, Timestamp::now());
         }
-        if let Some(s) = self.inner.sandboxes.lock().unwrap().remove(sandbox_id) {
-            let _ = std::fs::remove_dir_all(&s.dir);
+        let removed = self.inner.sandboxes.lock().unwrap().remove(sandbox_id);
+        if let Some(s) = removed {
+            self.discard_sandbox_dir(&s.dir).await;
         }
         Ok(())
     }
@@ -1061,8 +1148,13 @@ impl Runtime for WasmRuntime {
             metadata: s.config.metadata.clone(),
             state: sandbox_state(&s),
             created_at: s.created_at,
-            ip: None,
-            additional_ips: Vec::new(),
+            ip: s.network.as_ref().and_then(|n| n.ips.first().cloned()),
+            additional_ips: s
+                .network
+                .as_ref()
+                .map(|n| n.ips.iter().skip(1).cloned().collect())
+                .unwrap_or_default(),
+            network_namespace: s.network.as_ref().map(|n| n.netns.clone()),
             labels: s.config.labels.clone(),
             annotations: s.config.annotations.clone(),
             runtime_handler: s.config.runtime_handler.clone(),
@@ -1626,6 +1718,7 @@ mod tests {
             },
             cgroup_mount_root: dir.join("cgroup"),
             registry: Default::default(),
+            network: None,
         }
     }
 

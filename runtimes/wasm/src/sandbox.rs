@@ -1,7 +1,7 @@
 //! The sandbox process: one per Wasm pod, running each container as a wasmtime store.
 //!
-//! The node starts it as `<program> [args] --cache-dir DIR --pod-uid UID --socket PATH`
-//! and speaks the [`crate::protocol`] over that socket. The sandbox outlives the node's
+//! The node starts it as `<program> [args] --cache-dir DIR --pod-uid UID --socket PATH
+//! [--netns PATH]` and speaks the [`crate::protocol`] over that socket. The sandbox outlives the node's
 //! connection (the node may crash and come back to adopt it) and ends on
 //! [`Op::Shutdown`]. Guests run as async tasks; the engine's epoch advances every
 //! [`EPOCH_TICK`], and at each tick a guest yields, so a stop cancels even a guest that
@@ -83,6 +83,7 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
     let mut socket = None;
     let mut stream_socket = None;
     let mut pod_uid = String::new();
+    let mut netns = None;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -90,6 +91,7 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
             "--pod-uid" => pod_uid = args.next().unwrap_or_default(),
             "--socket" => socket = args.next().map(PathBuf::from),
             "--stream-socket" => stream_socket = args.next().map(PathBuf::from),
+            "--netns" => netns = args.next().map(PathBuf::from),
             other => {
                 eprintln!("wasmlet sandbox: unknown argument {other:?}");
                 return ExitCode::from(2);
@@ -104,6 +106,17 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
         eprintln!("wasmlet sandbox: --socket is required");
         return ExitCode::from(2);
     };
+    // The pod's network namespace, entered while this is the only thread: every thread
+    // started later, and so every guest, is in it.
+    if let Some(netns) = &netns
+        && let Err(e) = crate::network::netns::enter(netns)
+    {
+        eprintln!(
+            "wasmlet sandbox for pod {pod_uid}: entering the network namespace {}: {e}",
+            netns.display()
+        );
+        return ExitCode::FAILURE;
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

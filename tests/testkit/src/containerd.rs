@@ -60,6 +60,11 @@ use wasmlet_proto::cri::v1::runtime_service_client::RuntimeServiceClient;
 
 pub use cleanup::Footprint;
 
+/// Deletes a bridge and the links attached to it (a test network's leftovers).
+pub fn delete_bridge(name: &str) {
+    cleanup::delete_bridge(name);
+}
+
 /// The containerd namespace the CRI plugin uses.
 pub const CRI_NAMESPACE: &str = "k8s.io";
 /// Where Debian's `containernetworking-plugins` installs the CNI plugins.

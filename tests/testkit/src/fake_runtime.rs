@@ -152,6 +152,7 @@ impl FakeSandbox {
             created_at: self.created_at,
             ip,
             additional_ips: Vec::new(),
+            network_namespace: None,
             labels: self.config.labels.clone(),
             annotations: self.config.annotations.clone(),
             runtime_handler: self.config.runtime_handler.clone(),

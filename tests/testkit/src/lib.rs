@@ -10,6 +10,7 @@
 //! [`dbus`] is a private system bus with a test playing systemd-logind.
 
 pub mod apiserver;
+pub mod cni;
 pub mod containerd;
 pub mod dbus;
 pub mod fake_runtime;

@@ -17,6 +17,7 @@ use wasmlet_runtime::{
 use wasmlet_runtime_wasm::cgroup;
 use wasmlet_runtime_wasm::crilog::{self, Record, Stream};
 use wasmlet_runtime_wasm::image::ImageEntry;
+use wasmlet_runtime_wasm::network::NetworkSettings;
 use wasmlet_runtime_wasm::registry::RegistrySettings;
 use wasmlet_runtime_wasm::{HANDLER, SandboxCommand, WasmRuntime, WasmRuntimeConfig};
 
@@ -48,6 +49,7 @@ pub struct Fixture {
     pub runtime: WasmRuntime,
     dir: TempDir,
     cgroup_mount_root: PathBuf,
+    network: Option<NetworkSettings>,
 }
 
 impl Fixture {
@@ -64,6 +66,23 @@ impl Fixture {
             runtime,
             dir,
             cgroup_mount_root: mount_root.to_owned(),
+            network: None,
+        })
+    }
+
+    /// A runtime that attaches pods to the CNI network `settings` describe.
+    pub fn with_network(settings: NetworkSettings) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let mount_root = Path::new(cgroup::DEFAULT_MOUNT_ROOT);
+        let runtime = WasmRuntime::new(WasmRuntimeConfig {
+            network: Some(settings.clone()),
+            ..Self::config(dir.path(), mount_root)
+        })?;
+        Ok(Fixture {
+            runtime,
+            dir,
+            cgroup_mount_root: mount_root.to_owned(),
+            network: Some(settings),
         })
     }
 
@@ -79,6 +98,7 @@ impl Fixture {
             runtime,
             dir,
             cgroup_mount_root: mount_root.to_owned(),
+            network: None,
         })
     }
 
@@ -93,16 +113,17 @@ impl Fixture {
             },
             cgroup_mount_root: cgroup_mount_root.to_owned(),
             registry: Default::default(),
+            network: None,
         }
     }
 
     /// A second runtime on the same directories, as the node's next run after a crash
     /// would make; call [`WasmRuntime::restore`] on it to adopt the sandboxes.
     pub fn reopen(&self) -> Result<WasmRuntime> {
-        Ok(WasmRuntime::new(Self::config(
-            self.path(),
-            &self.cgroup_mount_root,
-        ))?)
+        Ok(WasmRuntime::new(WasmRuntimeConfig {
+            network: self.network.clone(),
+            ..Self::config(self.path(), &self.cgroup_mount_root)
+        })?)
     }
 
     /// A runtime with the named example images imported.

@@ -20,5 +20,6 @@ mod lifecycle;
 mod limits;
 mod logs;
 mod network;
+mod pod_network;
 mod registry;
 mod stdio;

@@ -19,7 +19,7 @@ use crate::fixture::{
 const HANG_PATH: &str = "/hang";
 
 /// A port nobody listens on right now: bound by the kernel's choice, then released.
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     Ok(listener.local_addr()?.port())
 }
