@@ -92,7 +92,7 @@ fn a_container_pod_and_a_wasm_pod_run_side_by_side() {
     );
     assert!(
         tick.status.as_ref().unwrap().pod_ip.is_none(),
-        "Wasm pods use the node's network for now"
+        "a node without a CNI configuration runs Wasm pods on its own network"
     );
 
     let lines = poll(Duration::from_secs(10), || {

@@ -17,6 +17,7 @@ mod isolation;
 mod lifecycle;
 mod log_rotation;
 mod manifests;
+mod network;
 mod node_api;
 mod plugins;
 mod probes;

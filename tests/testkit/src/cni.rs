@@ -1,7 +1,7 @@
-//! A private CNI network for a test: a configuration directory holding a `bridge`
-//! + `host-local` (+ `portmap`) network list with a bridge and a /24 of its own, the
-//! IPAM allocations in a directory of its own, and Debian's plugins. What the network
-//! leaves on the machine is named after the run (`wn-<pid>-<n>`), listed by
+//! A private CNI network for a test: a configuration directory holding a network
+//! list of `bridge` with `host-local`, then `portmap`, with a bridge and a /24 of its
+//! own, the IPAM allocations in a directory of its own, and Debian's plugins. What the
+//! network leaves on the machine is named after the run (`wn-<pid>-<n>`), listed by
 //! [`CniNetwork::leftovers`] and removed when the value is dropped.
 
 use std::path::{Path, PathBuf};

@@ -40,6 +40,10 @@ pub struct NodeOptions {
     pub base_dir: Option<PathBuf>,
     /// More environment variables for the node process (`DBUS_SYSTEM_BUS_ADDRESS`).
     pub env: Vec<(String, String)>,
+    /// The CNI configuration Wasm pods are attached with (`--cni-conf-dir`). Without
+    /// it the node is given an empty one, so a test node never picks up the
+    /// machine's `/etc/cni/net.d`, and its Wasm pods share the node's network.
+    pub cni_conf_dir: Option<PathBuf>,
 }
 
 impl NodeOptions {
@@ -69,6 +73,7 @@ impl Default for NodeOptions {
             static_pods: true,
             base_dir: None,
             env: Vec::new(),
+            cni_conf_dir: None,
         }
     }
 }
@@ -342,6 +347,16 @@ impl TestNode {
         if opts.static_pods {
             args.extend(["--pod-manifest-path".into(), manifests.clone().into()]);
         }
+        let cni_conf_dir = opts
+            .cni_conf_dir
+            .clone()
+            .unwrap_or_else(|| dir.path().join("no-cni-config"));
+        args.extend([
+            "--cni-conf-dir".into(),
+            cni_conf_dir.into(),
+            "--cni-bin-dir".into(),
+            crate::containerd::CNI_BIN_DIR.into(),
+        ]);
         args.extend(opts.extra_args.iter().map(Into::into));
         let mut node = TestNode {
             dir,

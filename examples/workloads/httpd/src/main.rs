@@ -26,6 +26,11 @@
 //! - `/redirect?to=URL`: 302 to URL (percent-decoded).
 //! - `/headers`: the request's headers, one `name: value` line each.
 //!
+//! `httpd fetch A.B.C.D:PORT [PATH]` is a client instead: it GETs `PATH` (default `/`)
+//! from that address over `wasi:sockets`, prints the response's status line and body
+//! to stdout, and exits 0 for a 2xx answer, 1 otherwise (pods and execs use it to
+//! reach other pods).
+//!
 //! Every response closes its connection. Each request is logged to stdout as
 //! `<method> <target> <code>` (`-` for an unanswered one); `listening on PORT`
 //! is printed once the socket listens. A client that connects and closes
@@ -148,6 +153,23 @@ unsafe extern "C" {
 static RUNS_ITS_OWN_CTORS: unsafe extern "C" fn() = __wasm_call_ctors;
 
 fn main() -> ExitCode {
+    // argv[0] is the program's name, whatever it is; the mode is the first argument.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(at) = args.iter().position(|a| a == "fetch") {
+        let Some(target) = args.get(at + 1) else {
+            eprintln!("httpd: usage: httpd fetch A.B.C.D:PORT [PATH]");
+            return ExitCode::from(2);
+        };
+        let path = args.get(at + 2).map(String::as_str).unwrap_or("/");
+        return match fetch(target, path) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(1),
+            Err(e) => {
+                eprintln!("httpd: fetch {target}{path}: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let config = match Config::from_env() {
         Ok(config) => config,
         Err(e) => {
@@ -174,6 +196,55 @@ fn main() -> ExitCode {
     };
     serve(&listener, &mut state);
     ExitCode::SUCCESS
+}
+
+/// GETs `path` from `target` (`A.B.C.D:PORT`), prints the status line and body:
+/// whether the status was 2xx.
+fn fetch(target: &str, path: &str) -> Result<bool, String> {
+    let (host, port) = target
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{target:?} is not A.B.C.D:PORT"))?;
+    let ip: std::net::Ipv4Addr = host.parse().map_err(|e| format!("{host:?}: {e}"))?;
+    let port: u16 = port.parse().map_err(|e| format!("{port:?}: {e}"))?;
+    let [a, b, c, d] = ip.octets();
+    let network = wasi::sockets::instance_network::instance_network();
+    let socket = wasi::sockets::tcp_create_socket::create_tcp_socket(IpAddressFamily::Ipv4)
+        .map_err(|e| e.to_string())?;
+    let address = IpSocketAddress::Ipv4(Ipv4SocketAddress {
+        port,
+        address: (a, b, c, d),
+    });
+    socket
+        .start_connect(&network, address)
+        .map_err(|e| format!("connect: {e}"))?;
+    let (input, output) = loop {
+        match socket.finish_connect() {
+            Err(ErrorCode::WouldBlock) => socket.subscribe().block(),
+            Err(e) => return Err(format!("connect: {e}")),
+            Ok(streams) => break streams,
+        }
+    };
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n");
+    for chunk in request.as_bytes().chunks(WRITE_CHUNK) {
+        output
+            .blocking_write_and_flush(chunk)
+            .map_err(|e| format!("write: {e:?}"))?;
+    }
+    let mut response = Vec::new();
+    loop {
+        match input.blocking_read(READ_CHUNK) {
+            Ok(data) => response.extend(data),
+            Err(StreamError::Closed) => break,
+            Err(e) => return Err(format!("read: {e:?}")),
+        }
+    }
+    drop((input, output));
+    let text = String::from_utf8_lossy(&response);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.lines().next().unwrap_or_default();
+    println!("{status}");
+    print!("{body}");
+    Ok(status.split(' ').nth(1).is_some_and(|code| code.starts_with('2')))
 }
 
 /// A TCP socket listening on `0.0.0.0:port`.

@@ -56,7 +56,7 @@ async fn a_wasm_pod_serves_on_its_own_ip_and_leaves_nothing_behind() -> Result<(
     ensure!(net.subnet.contains(&ip), "{ip} is not in {}", net.subnet);
     let netns = status.network_namespace.clone().context("a namespace")?;
     ensure!(wasmlet_runtime_wasm::network::netns::is_namespace(&netns));
-    assert_eq!(net.allocations(), [ip.clone()]);
+    assert_eq!(net.allocations(), std::slice::from_ref(&ip));
 
     let web = with_env(
         pod.container("httpd", "httpd"),
@@ -204,6 +204,51 @@ async fn after_a_restart_the_pod_keeps_its_ip_and_its_removal_releases_it() -> R
     assert_eq!(net.allocations(), [ip]);
 
     next.remove_pod_sandbox(&pod.id).await?;
+    assert_eq!(net.leftovers(), Vec::<String>::new());
+    Ok(())
+}
+
+#[tokio::test]
+async fn one_wasm_pod_reaches_another_at_its_ip() -> Result<()> {
+    let net = CniNetwork::new()?;
+    let fx = Fixture::with_network(settings(&net))?;
+    fx.import("httpd")?;
+    let server = fx.pod("server").await?;
+    let web = with_env(
+        server.container("httpd", "httpd"),
+        &[("PORT", &PORT.to_string())],
+    );
+    let id = fx.run(&server, &web).await?;
+    let log = fx
+        .wait_for_state(&id, ContainerState::Running)
+        .await?
+        .log_path;
+    wait_for_stdout_line(&log, &format!("listening on {PORT}")).await?;
+    let ip = fx
+        .runtime
+        .pod_sandbox_status(&server.id)
+        .await?
+        .ip
+        .context("an IP")?;
+
+    let client = fx.pod("client").await?;
+    let mut fetch = client.container("fetch", "httpd");
+    fetch.args = vec!["fetch".into(), format!("{ip}:{PORT}"), "/healthz".into()];
+    let id = fx.run(&client, &fetch).await?;
+    let done = fx.wait_exited(&id).await?;
+    let out = crate::fixture::lines(
+        &crate::fixture::log_records(&done.log_path)?,
+        wasmlet_runtime_wasm::crilog::Stream::Stdout,
+    );
+    let err = crate::fixture::lines(
+        &crate::fixture::log_records(&done.log_path)?,
+        wasmlet_runtime_wasm::crilog::Stream::Stderr,
+    );
+    assert_eq!(done.exit_code, 0, "{out:?} {err:?} {done:?}");
+    assert_eq!(out, ["HTTP/1.1 200 OK", "ok"]);
+    for pod in [client, server] {
+        fx.runtime.remove_pod_sandbox(&pod.id).await?;
+    }
     assert_eq!(net.leftovers(), Vec::<String>::new());
     Ok(())
 }
