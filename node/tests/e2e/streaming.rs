@@ -167,6 +167,9 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_wasm_pods() {
     let (ca_dir, ca_file) = crate::node_api::client_ca_file(&c);
     let mut opts = node_options(&c, &["ticker", "httpd"]).with_cri(containerd.address());
     crate::node_api::trust_client_ca(&mut opts, &ca_file);
+    // Wasm pods in network namespaces of their own: the node's port-forward dials the
+    // Wasm httpd inside its pod's namespace.
+    opts.cni_conf_dir = Some(containerd.layout().cni_conf_dir());
     let node = start_with(opts);
     let (_tls, kubeconfig) = crate::node_api::kubectl_access(&c, dir.path());
     drop(ca_dir);
@@ -312,7 +315,7 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_wasm_pods() {
     // WebSocket as kubectl sends it (relayed by the test API server unchanged, as a
     // direct client would reach the node).
     // The busybox httpd is reached through containerd's streaming server, the Wasm
-    // httpd is relayed by the node itself.
+    // httpd is relayed by the node itself, from inside the pod's network namespace.
     let targets = [
         ("box", port, "/", "HTTP/1.1 200 OK", "hello-from-httpd\n"),
         (
