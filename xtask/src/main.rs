@@ -115,11 +115,11 @@ fn images_task(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
     let out_dir = out_dir.unwrap_or_else(|| root.join("target").join("images"));
     let started = Instant::now();
     eprintln!(
-        "building Wasm guests in {} (a cold build takes a minute or two)",
-        root.join("examples/workloads").display()
+        "building Wasm guests in {} and {} (a cold build takes a minute or two)",
+        root.join("examples/workloads").display(),
+        root.join("examples/http").display()
     );
-    let guests = images::build_guests(&root)?;
-    let built = images::write_example_images(&guests, &out_dir)
+    let built = images::build_all_example_images(&root, &out_dir)
         .with_context(|| format!("writing images to {}", out_dir.display()))?;
     for image in &built {
         println!(

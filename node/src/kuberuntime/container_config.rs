@@ -241,6 +241,13 @@ impl PodSyncer {
             stdin: c.stdin.unwrap_or(false),
             stdin_once: c.stdin_once.unwrap_or(false),
             tty: c.tty.unwrap_or(false),
+            ports: c
+                .ports
+                .iter()
+                .flatten()
+                .filter(|p| p.protocol.as_deref().is_none_or(|proto| proto == "TCP"))
+                .filter_map(|p| u16::try_from(p.container_port).ok())
+                .collect(),
         })
     }
 }

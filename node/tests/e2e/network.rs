@@ -2,7 +2,8 @@
 //! same CNI configuration as its containerd (one bridge, one host-local range), so
 //! busybox and Wasm pods get addresses from one subnet and reach each other; a
 //! `hostNetwork` Wasm pod has the node's address; a restart of the node keeps the
-//! pods' addresses; deleting the pods leaves no allocation, veth or namespace.
+//! pods' addresses; deleting the pods leaves no allocation, veth or namespace. A
+//! `wasi:http/proxy` component answers on its containerPort at its pod IP.
 
 use std::collections::BTreeSet;
 
@@ -16,6 +17,7 @@ use crate::*;
 
 const WEB_PORT: u16 = 8080;
 const BUSYBOX_PORT: u16 = 8000;
+const PROXY_PORT: u16 = 9090;
 
 /// The Wasm runtime's namespaces in `/var/run/netns`.
 fn wasm_namespaces() -> BTreeSet<String> {
@@ -113,7 +115,7 @@ fn wasm_and_container_pods_share_one_pod_network_and_reach_each_other() {
     containerd.import_test_images().expect("test images import");
     let layout = containerd.layout().clone();
     let c = cluster();
-    let mut opts = node_options(&c, &["httpd"]).with_cri(containerd.address());
+    let mut opts = node_options(&c, &["httpd", "hello-http"]).with_cri(containerd.address());
     opts.cni_conf_dir = Some(layout.cni_conf_dir());
     let namespaces_before = wasm_namespaces();
     let mut node = start_with(opts);
@@ -135,12 +137,32 @@ fn wasm_and_container_pods_share_one_pod_network_and_reach_each_other() {
             ),
         ))
         .unwrap();
+    // A wasi:http/proxy component, served by the node on its containerPort.
+    c.api
+        .create(&pod_with_spec(
+            "wasm-proxy",
+            json!({
+                "nodeName": NODE,
+                "terminationGracePeriodSeconds": 2,
+                "containers": [{
+                    "name": "main",
+                    "image": image("hello-http"),
+                    "imagePullPolicy": "IfNotPresent",
+                    "ports": [{"containerPort": PROXY_PORT}],
+                }],
+            }),
+        ))
+        .unwrap();
     let web = wait("the Wasm server to be Ready", LONG, || {
         get(&c, "wasm-web").filter(ready)
     });
     let boxed = wait("the busybox server to run", LONG, || {
         get(&c, "box-web").filter(|p| phase(p) == "Running")
     });
+    let proxy = wait("the wasi:http component to run", LONG, || {
+        get(&c, "wasm-proxy").filter(|p| phase(p) == "Running")
+    });
+    let proxy_ip = pod_ip(&proxy);
     let (web_ip, box_ip) = (pod_ip(&web), pod_ip(&boxed));
     for ip in [&web_ip, &box_ip] {
         assert!(
@@ -161,14 +183,16 @@ fn wasm_and_container_pods_share_one_pod_network_and_reach_each_other() {
         .difference(&namespaces_before)
         .cloned()
         .collect();
-    assert_eq!(new_namespaces.len(), 1, "{new_namespaces:?}");
+    assert_eq!(new_namespaces.len(), 2, "{new_namespaces:?}");
 
     // Each kind reaches the other at its pod IP.
     c.api
         .create(&busybox(
             "box-client",
             "Never",
-            &format!("wget -qO- http://{web_ip}:{WEB_PORT}/healthz"),
+            &format!(
+                "wget -qO- http://{web_ip}:{WEB_PORT}/healthz && wget -qO- http://{proxy_ip}:{PROXY_PORT}/"
+            ),
         ))
         .unwrap();
     c.api
@@ -183,7 +207,10 @@ fn wasm_and_container_pods_share_one_pod_network_and_reach_each_other() {
             false,
         ))
         .unwrap();
-    assert_eq!(succeeded_log(&c, &node, "box-client"), ["ok"]);
+    assert_eq!(
+        succeeded_log(&c, &node, "box-client"),
+        ["ok", "hello from wasi:http"]
+    );
     assert_eq!(
         succeeded_log(&c, &node, "wasm-client"),
         ["HTTP/1.1 200 OK", "hello from busybox"]
@@ -232,6 +259,7 @@ fn wasm_and_container_pods_share_one_pod_network_and_reach_each_other() {
 
     // Every pod deleted: no address, veth or namespace is left.
     let names = [
+        "wasm-proxy",
         "wasm-web",
         "box-web",
         "box-client",

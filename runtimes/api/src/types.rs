@@ -224,6 +224,10 @@ pub struct ContainerConfig {
     #[serde(default)]
     pub stdin_once: bool,
     pub tty: bool,
+    /// The container's declared TCP ports (`ports[].containerPort`), in order: where the
+    /// Wasm runtime serves a `wasi:http/proxy` component. CRI has no use for them.
+    #[serde(default)]
+    pub ports: Vec<u16>,
 }
 
 /// Lifecycle state of a container.

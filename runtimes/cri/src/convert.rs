@@ -908,6 +908,7 @@ mod tests {
             stdin: true,
             stdin_once: true,
             tty: true,
+            ports: vec![8080],
         };
         let mut sandbox = pod();
         sandbox.host_network = false;

@@ -33,7 +33,7 @@ pub enum Op {
     /// Compile (or load from the cache) and prepare a container; does not run it.
     Create {
         container_id: String,
-        spec: ContainerSpec,
+        spec: Box<ContainerSpec>,
     },
     /// Run a created container.
     Start { container_id: String },
@@ -100,6 +100,10 @@ pub struct ContainerSpec {
     /// The guest's stdio report themselves as a terminal.
     #[serde(default)]
     pub tty: bool,
+    /// The container's TCP ports: a `wasi:http/proxy` component is served on the
+    /// first ([`crate::sandbox::DEFAULT_HTTP_PORT`] without one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
 }
 
 /// A host directory the guest may open at a path of its own.

@@ -896,6 +896,7 @@ impl WasmRuntime {
             stdin: config.stdin,
             stdin_once: config.stdin_once,
             tty: config.tty,
+            ports: config.ports.clone(),
         }
     }
 }
@@ -1219,7 +1220,7 @@ impl Runtime for WasmRuntime {
                 &sandbox,
                 Op::Create {
                     container_id: id.clone(),
-                    spec,
+                    spec: Box::new(spec),
                 },
                 CREATE_TIMEOUT,
             )

@@ -58,7 +58,10 @@ use crate::protocol::{
 };
 use crate::stdio::{AttachHub, Capture, GuestOutput, Terminal};
 
+mod http;
 mod stream;
+
+pub use http::{DEFAULT_HTTP_PORT, MAX_CONCURRENCY as HTTP_MAX_CONCURRENCY};
 
 /// How often the engine's epoch advances; the granularity of cancellation.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -187,6 +190,13 @@ struct Prepared {
 enum Program {
     Module(wasmtime::InstancePre<P1State>),
     Component(CommandPre<P2State>),
+    /// A `wasi:http/proxy` component, served over HTTP ([`http`]).
+    Proxy(wasmtime_wasi_http::p2::bindings::ProxyPre<P2State>),
+}
+
+/// Whether a component export names `wasi:http/incoming-handler` at 0.2.x.
+fn exports_incoming_handler(name: &str) -> bool {
+    name.starts_with("wasi:http/incoming-handler@0.2.")
 }
 
 /// What a successful request answers.
@@ -230,6 +240,7 @@ async fn serve(
     )?;
     let mut component = wasmtime::component::Linker::new(&engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut component)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut component)?;
     component.root().instance(STOP_INTERFACE)?.func_wrap(
         STOP_FUNCTION,
         |store: wasmtime::StoreContextMut<'_, P2State>, (): ()| {
@@ -445,7 +456,7 @@ impl Sandbox {
                     wasmtime::bail!("container {container_id} already exists");
                 }
                 let this = self.clone();
-                let prepared = tokio::task::spawn_blocking(move || this.prepare(spec))
+                let prepared = tokio::task::spawn_blocking(move || this.prepare(*spec))
                     .await
                     .context("preparing the container panicked")??;
                 let mut containers = self.containers.lock().unwrap();
@@ -568,15 +579,27 @@ impl Sandbox {
                     .instantiate_pre(&m)
                     .context("linking the module against WASI preview 1")?,
             ),
-            Compiled::Component(c) => Program::Component(
-                CommandPre::new(
-                    self.linkers
-                        .component
-                        .instantiate_pre(&c)
-                        .context("linking the component against WASI preview 2")?,
-                )
-                .context("the component is not a wasi:cli/command")?,
-            ),
+            Compiled::Component(c) => {
+                let pre = self
+                    .linkers
+                    .component
+                    .instantiate_pre(&c)
+                    .context("linking the component against WASI preview 2")?;
+                let proxy = c
+                    .component_type()
+                    .exports(&self.engine)
+                    .any(|(name, _)| exports_incoming_handler(name));
+                if proxy {
+                    Program::Proxy(
+                        wasmtime_wasi_http::p2::bindings::ProxyPre::new(pre)
+                            .context("the component is not a wasi:http/proxy")?,
+                    )
+                } else {
+                    Program::Component(CommandPre::new(pre).context(
+                        "the component is neither a wasi:cli/command nor a wasi:http/proxy",
+                    )?)
+                }
+            }
         };
         Ok(Prepared {
             spec,
@@ -743,6 +766,15 @@ impl Sandbox {
                 ));
             }
         };
+        if matches!(prepared.program, Program::Proxy(_)) {
+            return Err(refuse(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "container {}: a wasi:http/proxy component has no command to exec",
+                    prepared.spec.name
+                ),
+            ));
+        }
         let names = if prepared.spec.program_names.is_empty() {
             program_names(prepared.spec.argv.first().map_or("", String::as_str))
         } else {
@@ -868,6 +900,20 @@ async fn run(
     memory: Arc<MemoryCap>,
 ) -> Exit {
     let spec = &prepared.spec;
+    if let Program::Proxy(pre) = &prepared.program {
+        let wasi_spec = spec.clone();
+        let proxy = Arc::new(http::Proxy {
+            engine: engine.clone(),
+            pre: pre.clone(),
+            wasi: Box::new(move || wasi_builder(&wasi_spec, &wasi_spec.argv)),
+            log: log.clone(),
+            attached,
+            memory,
+            slots: tokio::sync::Semaphore::new(http::MAX_CONCURRENCY),
+        });
+        let port = spec.ports.first().copied().unwrap_or(DEFAULT_HTTP_PORT);
+        return http::serve(proxy, port).await;
+    }
     let output = |stream| GuestOutput::Log {
         log: log.clone(),
         stream,
@@ -938,6 +984,7 @@ async fn run_guest(
                     table: ResourceTable::new(),
                     limiter,
                     stop,
+                    http: wasmtime_wasi_http::WasiHttpCtx::new(),
                 },
             );
             store.limiter(|s| &mut s.limiter);
@@ -950,6 +997,13 @@ async fn run_guest(
             .map(|r| if r.is_ok() { 0 } else { 1 });
             (result, store.into_data().limiter)
         }
+        // Refused before it gets here (`exec_target`); a proxy is served, not run.
+        Program::Proxy(_) => (
+            Err(wasmtime::format_err!(
+                "a wasi:http/proxy component has no command to run"
+            )),
+            limiter,
+        ),
     };
     exit_of(result, &limiter)
 }
@@ -1021,6 +1075,30 @@ struct P2State {
     table: ResourceTable,
     limiter: MemoryLimiter,
     stop: Arc<AtomicBool>,
+    http: wasmtime_wasi_http::WasiHttpCtx,
+}
+
+impl P2State {
+    /// A store's state for one instance held to `memory`.
+    fn new(ctx: WasiCtx, memory: Arc<MemoryCap>) -> Self {
+        P2State {
+            ctx,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter::new(memory),
+            stop: Arc::default(),
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+        }
+    }
+}
+
+impl wasmtime_wasi_http::WasiHttpView for P2State {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: Default::default(),
+        }
+    }
 }
 
 impl WasiView for P2State {

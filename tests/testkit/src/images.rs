@@ -200,12 +200,73 @@ pub fn write_example_images(guests_dir: &Path, out_dir: &Path) -> anyhow::Result
     Ok(built)
 }
 
-/// Build the guests of `<workspace_root>/examples/workloads` and write the
-/// [`EXAMPLE_IMAGES`] to `out_dir` (conventionally `<root>/target/images`).
-/// Returns the archive paths.
-pub fn build_example_images(workspace_root: &Path, out_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+/// The `wasi:http/proxy` components of `examples/http`: each crate's library,
+/// componentized with the reactor adapter, as an artifact image of the crate's name.
+pub const HTTP_COMPONENTS: [&str; 1] = ["hello-http"];
+
+/// Build the library crates of `<workspace_root>/examples/http`; the directory
+/// holding their `.wasm` files (`hello_http.wasm` for `hello-http`).
+pub fn build_http_guests(workspace_root: &Path) -> anyhow::Result<PathBuf> {
+    build_guest_workspace(
+        &workspace_root.join("examples").join("http"),
+        GuestLink::Library,
+    )
+}
+
+/// Componentize the [`HTTP_COMPONENTS`] built in `guests_dir` and write their images
+/// to `out_dir`, as [`write_example_images`] writes the workloads'.
+pub fn write_http_images(guests_dir: &Path, out_dir: &Path) -> anyhow::Result<Vec<BuiltImage>> {
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let mut built = Vec::new();
+    for name in HTTP_COMPONENTS {
+        let module_path = guests_dir.join(format!("{}.wasm", name.replace('-', "_")));
+        let module = std::fs::read(&module_path)
+            .with_context(|| format!("reading guest {}", module_path.display()))?;
+        let wasm = componentize_library(&module)
+            .with_context(|| format!("componentizing {}", module_path.display()))?;
+        let reference = example_reference(name);
+        let image = WasmImage {
+            reference: reference.clone(),
+            wasm,
+            layout: WasmLayout::Artifact,
+            component: true,
+        };
+        let oci = image.to_oci()?;
+        let archive = out_dir.join(format!("{name}.tar"));
+        let wasm_path = out_dir.join(format!("{name}.wasm"));
+        oci::write_atomic(&wasm_path, &image.wasm)?;
+        oci.write_archive(&archive)
+            .with_context(|| format!("writing {}", archive.display()))?;
+        built.push(BuiltImage {
+            name: name.to_string(),
+            reference,
+            archive,
+            wasm: wasm_path,
+            manifest_digest: oci.manifest.digest.clone(),
+            layout: WasmLayout::Artifact,
+            component: true,
+        });
+    }
+    Ok(built)
+}
+
+/// Build the guests of `<workspace_root>/examples/workloads` and `examples/http` and
+/// write the [`EXAMPLE_IMAGES`] and the [`HTTP_COMPONENTS`] to `out_dir`
+/// (conventionally `<root>/target/images`). Returns what was written.
+pub fn build_all_example_images(
+    workspace_root: &Path,
+    out_dir: &Path,
+) -> anyhow::Result<Vec<BuiltImage>> {
     let guests = build_guests(workspace_root)?;
-    let built = write_example_images(&guests, out_dir)?;
+    let mut built = write_example_images(&guests, out_dir)?;
+    let http = build_http_guests(workspace_root)?;
+    built.extend(write_http_images(&http, out_dir)?);
+    Ok(built)
+}
+
+/// [`build_all_example_images`]: the archive paths.
+pub fn build_example_images(workspace_root: &Path, out_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let built = build_all_example_images(workspace_root, out_dir)?;
     Ok(built.into_iter().map(|b| b.archive).collect())
 }
 

@@ -15,6 +15,7 @@ mod cgroups;
 mod errors;
 mod exec;
 mod fixture;
+mod http;
 mod images;
 mod lifecycle;
 mod limits;
