@@ -158,6 +158,21 @@ pub struct NodeFlags {
     /// then `/usr/lib/cni`).
     #[arg(long, value_name = "DIRS", value_delimiter = ',')]
     pub cni_bin_dir: Vec<PathBuf>,
+    /// Pull one image at a time (serializeImagePulls, default true).
+    #[arg(long, value_name = "BOOL")]
+    pub serialize_image_pulls: Option<bool>,
+    /// Image pulls per second the node starts; 0 is unlimited (registryPullQPS, 5).
+    #[arg(long, value_name = "QPS")]
+    pub registry_qps: Option<f64>,
+    /// Pulls allowed in a burst above --registry-qps (registryBurst, 10).
+    #[arg(long, value_name = "N")]
+    pub registry_burst: Option<i64>,
+    /// A CredentialProviderConfig: kubelet credential provider plugins for image pulls.
+    #[arg(long, value_name = "FILE")]
+    pub image_credential_provider_config: Option<PathBuf>,
+    /// Where the credential provider plugins of --image-credential-provider-config are.
+    #[arg(long, value_name = "DIR")]
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
 }
 
 /// The fields of `KubeletConfiguration` (kubelet.config.k8s.io/v1beta1) wasmlet reads.
@@ -203,6 +218,11 @@ struct KubeletConfiguration {
     image_minimum_gc_age: Option<String>,
     #[serde(rename = "imageMaximumGCAge")]
     image_maximum_gc_age: Option<String>,
+    serialize_image_pulls: Option<bool>,
+    max_parallel_image_pulls: Option<i64>,
+    #[serde(rename = "registryPullQPS")]
+    registry_pull_qps: Option<f64>,
+    registry_burst: Option<i64>,
     #[serde(rename = "staticPodURL")]
     static_pod_url: Option<String>,
     #[serde(rename = "staticPodURLHeader")]
@@ -352,6 +372,10 @@ pub struct NodeConfig {
     pub image_gc: crate::images::ImageGcPolicy,
     /// Container garbage collection.
     pub container_gc: crate::kuberuntime::gc::ContainerGcPolicy,
+    /// How many image pulls run at once and how often one starts.
+    pub pulls: crate::images::puller::PullSettings,
+    /// The credential provider plugins, validated.
+    pub credential_providers: Vec<crate::images::providers::Provider>,
     /// How the Wasm runtime reaches registries.
     pub registry: wasmlet_runtime_wasm::registry::RegistrySettings,
     /// How Wasm pods get their pod network.
@@ -474,6 +498,8 @@ impl NodeFlags {
         );
         let image_gc = sections::image_gc(&file, &section, &mut errors);
         let container_gc = self.container_gc(&mut errors);
+        let pulls = self.pulls(&file, &mut errors);
+        let credential_providers = self.credential_providers(&mut errors);
         let shutdown = sections::shutdown(&file, &mut errors);
         let node_name = self.node_name(&mut errors);
         let cri = self.cri(&file, timing.runtime_request_timeout);
@@ -528,6 +554,8 @@ impl NodeFlags {
             eviction,
             image_gc,
             container_gc,
+            pulls,
+            credential_providers,
             registry,
             network,
             shutdown,

@@ -594,6 +594,17 @@ fn pod_syncer(
     .with_events(events.clone())
     .with_pods_dir(config.root_dir.join("pods"))
     .with_probes(probes.clone())
+    .with_pulls(
+        crate::images::puller::PullLimits::new(config.pulls),
+        Arc::new(crate::images::providers::NodeKeyring::new(
+            config.root_dir.clone(),
+            (!config.credential_providers.is_empty()).then(|| {
+                crate::images::providers::CredentialProviders::new(
+                    config.credential_providers.clone(),
+                )
+            }),
+        )),
+    )
     .with_node(
         machine.ips.iter().map(|ip| ip.to_string()).collect(),
         machine

@@ -78,6 +78,10 @@ pub struct PodSyncer {
     pub(crate) cgroups: Option<Arc<crate::cm::ContainerManager>>,
     /// The containers' oom_score_adj where there are no pod cgroups.
     pub(crate) oom_scores: Option<crate::cm::OomScores>,
+    /// How many pulls run at once and how often one starts.
+    pub(crate) pull_limits: crate::images::puller::PullLimits,
+    /// The node's own pull credentials (docker config, credential providers).
+    pub(crate) node_keyring: Option<Arc<crate::images::providers::NodeKeyring>>,
 }
 
 /// Removes a container instance the pod no longer keeps; one already gone is fine,
@@ -148,6 +152,8 @@ impl PodSyncer {
             probes: None,
             cgroups: None,
             oom_scores: None,
+            pull_limits: crate::images::puller::PullLimits::new(Default::default()),
+            node_keyring: None,
         }
     }
 
@@ -239,6 +245,17 @@ impl PodSyncer {
     }
 
     /// Keeps termination message files under `dir` (`<root>/pods`).
+    /// Image pulls within `limits`, with the node's own credentials after a pod's.
+    pub fn with_pulls(
+        mut self,
+        limits: crate::images::puller::PullLimits,
+        keyring: Arc<crate::images::providers::NodeKeyring>,
+    ) -> Self {
+        self.pull_limits = limits;
+        self.node_keyring = Some(keyring);
+        self
+    }
+
     pub fn with_pods_dir(mut self, dir: PathBuf) -> Self {
         self.pods_dir = Some(dir);
         self

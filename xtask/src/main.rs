@@ -71,6 +71,17 @@ enum Bench {
         #[arg(long)]
         debug: bool,
     },
+    /// Requests/s and p50/p99 latency of the hello-http wasi:http component
+    /// beside the same handler as a native hyper server and the httpd example,
+    /// at 1, 16 and 64 connections (wrk).
+    Http {
+        /// The load per case.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Build and run the debug binary instead of the release one.
+        #[arg(long)]
+        debug: bool,
+    },
     /// Memory threshold crossed -> victim stopped, with memcg threshold
     /// notifications and by 10 s polling.
     Eviction {
@@ -107,6 +118,9 @@ fn main() -> anyhow::Result<()> {
         Task::Bench {
             bench: Bench::Eviction { rounds, debug },
         } => bench::eviction(rounds, debug),
+        Task::Bench {
+            bench: Bench::Http { seconds, debug },
+        } => bench::http(seconds, debug),
     }
 }
 

@@ -128,6 +128,73 @@ fn ip_of(
 }
 
 impl NodeFlags {
+    /// Image pulls: `serializeImagePulls` (default true unless
+    /// `maxParallelImagePulls` is 2 or more), `maxParallelImagePulls`,
+    /// `registryPullQPS` and `registryBurst`; flags win.
+    pub(super) fn pulls(
+        &self,
+        file: &KubeletConfiguration,
+        errors: &mut Vec<String>,
+    ) -> crate::images::puller::PullSettings {
+        let d = crate::images::puller::PullSettings::default();
+        let max_parallel = file.max_parallel_image_pulls.map(|n| n.max(0) as usize);
+        if file.max_parallel_image_pulls.is_some_and(|n| n < 1) {
+            errors.push(format!(
+                "maxParallelImagePulls {} must be a positive number",
+                file.max_parallel_image_pulls.unwrap_or_default()
+            ));
+        }
+        let burst = self.registry_burst.or(file.registry_burst);
+        if burst.is_some_and(|b| b < 0) {
+            errors.push(format!(
+                "registryBurst (--registry-burst) {} must not be a negative number",
+                burst.unwrap_or_default()
+            ));
+        }
+        let settings = crate::images::puller::PullSettings {
+            serialize: self
+                .serialize_image_pulls
+                .or(file.serialize_image_pulls)
+                .unwrap_or(max_parallel.is_none_or(|n| n < 2)),
+            max_parallel: max_parallel.filter(|n| *n >= 1),
+            qps: self
+                .registry_qps
+                .or(file.registry_pull_qps)
+                .unwrap_or(d.qps),
+            burst: burst
+                .map(|b| b.clamp(0, i64::from(u32::MAX)) as u32)
+                .unwrap_or(d.burst),
+        };
+        settings.check(errors);
+        settings
+    }
+
+    /// The credential provider plugins of `--image-credential-provider-config` and
+    /// `--image-credential-provider-bin-dir` (both or neither), validated.
+    pub(super) fn credential_providers(
+        &self,
+        errors: &mut Vec<String>,
+    ) -> Vec<crate::images::providers::Provider> {
+        match (
+            &self.image_credential_provider_config,
+            &self.image_credential_provider_bin_dir,
+        ) {
+            (None, None) => Vec::new(),
+            (Some(config), Some(bin_dir)) => crate::images::providers::load(config, bin_dir)
+                .unwrap_or_else(|e| {
+                    errors.extend(e);
+                    Vec::new()
+                }),
+            _ => {
+                errors.push(
+                    "--image-credential-provider-config and --image-credential-provider-bin-dir                      go together"
+                        .into(),
+                );
+                Vec::new()
+            }
+        }
+    }
+
     /// The pod network of Wasm pods: `--cni-conf-dir` and `--cni-bin-dir` (the
     /// kubelet's flags of its built-in CNI days), or `wasmlet.cniConfDir` and
     /// `wasmlet.cniBinDir`, else their defaults.

@@ -170,23 +170,152 @@ fn host_matches(pattern: &str, host: &str) -> bool {
     }
     let (pl, hl): (Vec<&str>, Vec<&str>) =
         (p_name.split('.').collect(), h_name.split('.').collect());
-    pl.len() == hl.len() && pl.iter().zip(&hl).all(|(p, h)| *p == "*" || p == h)
+    pl.len() == hl.len() && pl.iter().zip(&hl).all(|(p, h)| glob(p, h))
+}
+
+/// Go's `filepath.Match` for one host label: `*` any run of characters, `?` one, the
+/// rest literal (a label has no `/`, so `*` is never stopped by one).
+fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        match p.get(pi) {
+            Some('*') => {
+                star = Some((pi, ti));
+                pi += 1;
+            }
+            Some(c) if *c == '?' || *c == t[ti] => {
+                pi += 1;
+                ti += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    pi = sp + 1;
+                    ti = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// Whether a key or `matchImages` pattern (`host[:port][/path]`, host labels may be
+/// globs) covers `image`, as the kubelet's `URLsMatchStr`.
+pub fn key_matches(key: &str, image: &str) -> bool {
+    let (host, repo) = image_location(image);
+    let (k_host, k_path) = host_and_path(key);
+    let host_ok = host_matches(&k_host, &host)
+        || (DOCKER_HUB.contains(&host.as_str()) && DOCKER_HUB.contains(&k_host.as_str()));
+    host_ok && (k_path.is_empty() || repo == k_path || repo.starts_with(&format!("{k_path}/")))
+}
+
+/// An image's normalized repository, without tag or digest, as the kubelet sends it to
+/// credential providers: `nginx:1.27` is `docker.io/library/nginx`.
+pub fn repository_of(image: &str) -> String {
+    let (host, repo) = image_location(image);
+    if DOCKER_HUB.contains(&host.as_str()) && !repo.contains('/') {
+        format!("docker.io/library/{repo}")
+    } else {
+        format!("{host}/{repo}")
+    }
+}
+
+/// The registry (`host[:port]`) of a normalized repository.
+pub fn registry_of(repository: &str) -> String {
+    repository.split('/').next().unwrap_or_default().to_owned()
+}
+
+/// [`lookup`], for other modules' credentials.
+pub fn matching(credentials: &[Credential], image: &str) -> Vec<AuthConfig> {
+    lookup(credentials, image)
+}
+
+/// The node's own docker configuration, as the kubelet reads it: the first of
+/// `config.json` in the root directory, the working directory, `$HOME/.docker` and
+/// `/.docker` that exists and parses, else the first legacy `.dockercfg` in the root
+/// directory, the working directory, `$HOME` and `/`. The file it came from, with its
+/// entries; `None` when there is none.
+pub fn node_docker_config(
+    root_dir: &std::path::Path,
+    home: Option<&std::path::Path>,
+) -> Option<(std::path::PathBuf, Vec<Credential>)> {
+    use std::path::PathBuf;
+    let cwd = std::env::current_dir().ok();
+    let dirs = |sub: &str| -> Vec<PathBuf> {
+        let mut d = vec![root_dir.to_owned()];
+        d.extend(cwd.clone());
+        if let Some(h) = home {
+            d.push(if sub.is_empty() {
+                h.to_owned()
+            } else {
+                h.join(sub)
+            });
+        }
+        d.push(PathBuf::from("/").join(sub));
+        d
+    };
+    let json = dirs(".docker")
+        .into_iter()
+        .map(|d| (d.join("config.json"), true));
+    let legacy = dirs("").into_iter().map(|d| (d.join(".dockercfg"), false));
+    for (path, is_json) in json.chain(legacy) {
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        let entries: Option<BTreeMap<String, Entry>> = if is_json {
+            serde_json::from_slice::<DockerConfigJson>(&bytes)
+                .ok()
+                .map(|c| c.auths)
+        } else {
+            serde_json::from_slice(&bytes).ok()
+        };
+        let Some(entries) = entries else {
+            tracing::warn!(file = %path.display(), "the node's docker configuration does not parse; skipped");
+            continue;
+        };
+        let credentials = entries
+            .into_iter()
+            .filter_map(|(key, e)| {
+                Some(Credential {
+                    auth: decode_entry(e)?,
+                    key,
+                })
+            })
+            .collect();
+        return Some((path, credentials));
+    }
+    None
+}
+
+/// An entry's user and password: from `auth` (base64 of `user:password`) when it has
+/// one, else its fields; `None` when `auth` does not decode.
+fn decode_entry(e: Entry) -> Option<AuthConfig> {
+    let (username, password) = if !e.auth.is_empty() {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(e.auth.trim())
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())?;
+        let (u, p) = decoded.split_once(':')?;
+        (u.to_owned(), p.to_owned())
+    } else {
+        (e.username, e.password)
+    };
+    Some(AuthConfig {
+        username,
+        password,
+        ..Default::default()
+    })
 }
 
 /// The credentials for `image`, best match first (the longest key), as the
 /// kubelet's keyring orders them.
 pub fn lookup(credentials: &[Credential], image: &str) -> Vec<AuthConfig> {
-    let (host, repo) = image_location(image);
     let mut found: Vec<&Credential> = credentials
         .iter()
-        .filter(|c| {
-            let (k_host, k_path) = host_and_path(&c.key);
-            let host_ok = host_matches(&k_host, &host)
-                || (DOCKER_HUB.contains(&host.as_str()) && DOCKER_HUB.contains(&k_host.as_str()));
-            let path_ok =
-                k_path.is_empty() || repo == k_path || repo.starts_with(&format!("{k_path}/"));
-            host_ok && path_ok
-        })
+        .filter(|c| key_matches(&c.key, image))
         .collect();
     found.sort_by_key(|c| std::cmp::Reverse(c.key.len()));
     found.into_iter().map(|c| c.auth.clone()).collect()
@@ -282,6 +411,51 @@ mod tests {
             lookup(&creds, "reg.local:5000/any/app").len(),
             1,
             "/v2/ is no repository"
+        );
+    }
+
+    #[test]
+    fn host_labels_match_as_go_globs_and_images_normalize() {
+        assert!(key_matches("app*.k8s.io", "app1.k8s.io/x"));
+        assert!(!key_matches("app*.k8s.io", "web.k8s.io/x"));
+        assert!(key_matches("*.*.registry.io", "a.b.registry.io/x"));
+        assert!(!key_matches("*.io", "a.k8s.io/x"));
+        assert!(key_matches(
+            "registry.io:8080/path",
+            "registry.io:8080/path/app:v1"
+        ));
+        assert!(!key_matches(
+            "registry.io/path",
+            "registry.io:8080/path/app"
+        ));
+        assert_eq!(repository_of("nginx:1.27"), "docker.io/library/nginx");
+        assert_eq!(
+            repository_of("reg.local:5000/team/app@sha256:ab"),
+            "reg.local:5000/team/app"
+        );
+        assert_eq!(registry_of("reg.local:5000/team/app"), "reg.local:5000");
+    }
+
+    #[test]
+    fn the_nodes_docker_config_is_the_first_that_parses() {
+        let root = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().unwrap();
+        assert!(node_docker_config(root.path(), Some(home.path())).is_none());
+        std::fs::create_dir(home.path().join(".docker")).unwrap();
+        let cfg = serde_json::json!({"auths": {"reg.local": {"auth": base64::engine::general_purpose::STANDARD.encode("u:p")}}});
+        std::fs::write(
+            home.path().join(".docker/config.json"),
+            serde_json::to_vec(&cfg).unwrap(),
+        )
+        .unwrap();
+        // One in the root dir that does not parse is skipped.
+        std::fs::write(root.path().join("config.json"), "{").unwrap();
+        let (file, creds) = node_docker_config(root.path(), Some(home.path())).unwrap();
+        assert_eq!(file, home.path().join(".docker/config.json"));
+        let found = lookup(&creds, "reg.local/app:1");
+        assert_eq!(
+            (found[0].username.as_str(), found[0].password.as_str()),
+            ("u", "p")
         );
     }
 

@@ -14,6 +14,8 @@
 //! before it evicts a pod for disk pressure.
 
 pub mod credentials;
+pub mod providers;
+pub mod puller;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -80,35 +80,59 @@ impl PodSyncer {
             "Pulling",
             format!("Pulling image {image:?}"),
         );
-        let pull_started = std::time::Instant::now();
-        // The pod's pull secrets matching the image, best first, each tried until one
+        let waiting_from = std::time::Instant::now();
+        // The pod's pull secrets matching the image, best first, then the node's own
+        // (its docker configuration, the credential providers), each tried until one
         // works (the kubelet's keyring); none: an anonymous pull, or what the runtime
         // itself is configured with.
-        let credentials = self.pull_credentials(pod, c, &image).await;
-        let mut pulled = None;
-        for auth in &credentials {
-            let attempt = runtime.pull_image(&image, Some(auth)).await;
-            let ok = attempt.is_ok();
-            pulled = Some(attempt);
-            if ok {
-                break;
-            }
+        let mut credentials = self.pull_credentials(pod, c, &image).await;
+        if let Some(keyring) = &self.node_keyring {
+            credentials.extend(keyring.lookup(&image).await);
         }
-        let pulled = match pulled {
-            Some(p) => p,
-            None => runtime.pull_image(&image, None).await,
+        let (pulled, pull_time) = match self.pull_limits.admit().await {
+            Ok(permit) => {
+                let started = std::time::Instant::now();
+                let mut pulled = None;
+                for auth in &credentials {
+                    let attempt = runtime.pull_image(&image, Some(auth)).await;
+                    let ok = attempt.is_ok();
+                    pulled = Some(attempt);
+                    if ok {
+                        break;
+                    }
+                }
+                let pulled = match pulled {
+                    Some(p) => p,
+                    None => runtime.pull_image(&image, None).await,
+                };
+                drop(permit);
+                (pulled, started.elapsed())
+            }
+            Err(refused) => (
+                Err(wasmlet_runtime::Error::image_pull(&image, refused)),
+                std::time::Duration::ZERO,
+            ),
         };
         match pulled {
             Ok(_) => {
                 self.pull_errors.lock().unwrap().remove(&key);
+                let size = runtime
+                    .image_status(&image)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|i| i.size)
+                    .unwrap_or(0);
+                use crate::images::puller::event_duration;
                 self.events.pod(
                     pod,
                     Some(&c.name),
                     NORMAL,
                     "Pulled",
                     format!(
-                        "Successfully pulled image {image:?} in {:.3?}",
-                        pull_started.elapsed()
+                        "Successfully pulled image {image:?} in {} ({} including waiting). Image size: {size} bytes.",
+                        event_duration(pull_time),
+                        event_duration(waiting_from.elapsed()),
                     ),
                 );
                 Ok(())

@@ -191,3 +191,115 @@ fn a_container_pod_pulls_its_image_through_containerd_with_its_pull_secret() {
     assert!(id.ends_with(&digest), "{id}");
     drop(containerd);
 }
+
+/// A kubelet credential provider plugin (a script of the test's) gives the node the
+/// registry's credentials for images its `matchImages` covers; its answer is cached for
+/// its `cacheDuration`, so two pulls (`imagePullPolicy: Always`) run it once. The
+/// `Pulled` event carries the kubelet's times and the image's size.
+#[test]
+fn a_credential_provider_plugin_supplies_the_credentials_for_matching_images() {
+    use std::os::unix::fs::PermissionsExt;
+    let registry = Registry::start().expect("the registry starts");
+    let wasm = std::fs::read(
+        wasmlet_testkit::images::ensure_example_images()
+            .unwrap()
+            .join("hello.wasm"),
+    )
+    .unwrap();
+    block_on(registry.push_wasm("edge/provided", "v1", &wasm)).expect("the push");
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let requests = dir.path().join("requests");
+    let plugin = bin.join("test-provider");
+    std::fs::write(
+        &plugin,
+        format!(
+            "#!/bin/sh\ncat >> {requests}\necho >> {requests}\ncat <<'END'\n{{\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"kind\":\"CredentialProviderResponse\",\"cacheKeyType\":\"Registry\",\"cacheDuration\":\"10m\",\"auth\":{{\"{host}\":{{\"username\":\"{USER}\",\"password\":\"{PASSWORD}\"}}}}}}\nEND\n",
+            requests = requests.display(),
+            host = registry.host,
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = dir.path().join("providers.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: test-provider\n  matchImages: [\"{}/edge\"]\n  defaultCacheDuration: 1m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+            registry.host
+        ),
+    )
+    .unwrap();
+    let c = cluster();
+    let mut opts = node_options(&c, &[]);
+    opts.wasmlet_config = format!("  registryCertsDir: {}\n", registry.certs_dir().display());
+    opts.extra_args.extend([
+        "--image-credential-provider-config".into(),
+        config.display().to_string(),
+        "--image-credential-provider-bin-dir".into(),
+        bin.display().to_string(),
+    ]);
+    let node = start_with(opts);
+    let image = format!("{}/edge/provided:v1", registry.host);
+    for name in ["provided-1", "provided-2"] {
+        let mut pod = registry_pod(name, &image, None);
+        pod.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("Always".into());
+        c.api.create(&pod).unwrap();
+        wait(&format!("{name} to succeed"), LONG, || {
+            get(&c, name).filter(|p| phase(p) == "Succeeded")
+        });
+    }
+    let asked = std::fs::read_to_string(&requests).unwrap();
+    let asked: Vec<serde_json::Value> = asked
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        asked,
+        [json!({
+            "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+            "kind": "CredentialProviderRequest",
+            "image": format!("{}/edge/provided", registry.host),
+        })],
+        "one request, the second pull answered from the cache"
+    );
+    let pulled: Vec<String> = c
+        .api
+        .list::<k8s_openapi::api::core::v1::Event>(Some("default"))
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Pulled"))
+        .filter_map(|e| e.message)
+        .collect();
+    let prefix = format!("Successfully pulled image {image:?} in ");
+    assert!(
+        pulled.iter().any(|m| m.starts_with(&prefix)
+            && m.contains(" including waiting). Image size: ")
+            && m.ends_with(" bytes.")),
+        "{pulled:?}"
+    );
+    // The password never reached the node's log.
+    assert!(!node.log().contains(PASSWORD));
+    // An image the plugin does not cover is not asked about.
+    let other = format!("{}/elsewhere/app:v1", registry.host);
+    c.api
+        .create(&registry_pod("uncovered", &other, None))
+        .unwrap();
+    wait("the uncovered pod to fail its pull", LONG, || {
+        get(&c, "uncovered").filter(|p| {
+            matches!(
+                waiting_reason(p).as_deref(),
+                Some("ErrImagePull" | "ImagePullBackOff")
+            )
+        })
+    });
+    assert_eq!(
+        std::fs::read_to_string(&requests)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.is_empty())
+            .count(),
+        1
+    );
+}

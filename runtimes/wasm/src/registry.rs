@@ -77,6 +77,19 @@ pub struct Puller {
 /// A pulled image as an OCI image layout: `index.json` and `blobs/sha256/<hex>`.
 pub type Layout = BTreeMap<String, Vec<u8>>;
 
+/// What a pull brought.
+#[derive(Debug)]
+pub enum Pulled {
+    /// The registry resolved the reference to the manifest the store already has
+    /// (its digest): nothing was downloaded.
+    Unchanged(String),
+    /// A new image to import.
+    Image(Layout),
+}
+
+/// Blobs at least this large are reported in the node's log as they arrive.
+const PROGRESS_FROM: u64 = 4 << 20;
+
 impl Puller {
     pub fn new(settings: RegistrySettings) -> Self {
         // reqwest is built without a crypto provider: ring is the node's one.
@@ -85,8 +98,14 @@ impl Puller {
     }
 
     /// Fetches `image` (a tag or a digest) with `auth`: the layout to import, named
-    /// `image`.
-    pub async fn pull(&self, image: &str, auth: Option<&AuthConfig>) -> Result<Layout, PullError> {
+    /// `image`. With `known`, the manifest digest the store holds for `image`, a tag
+    /// the registry still resolves to it downloads nothing more ([`Pulled::Unchanged`]).
+    pub async fn pull(
+        &self,
+        image: &str,
+        auth: Option<&AuthConfig>,
+        known: Option<&str>,
+    ) -> Result<Pulled, PullError> {
         let reference: Reference = image.parse().map_err(|e: oci_client::ParseError| {
             PullError::BadReference(image.into(), e.to_string())
         })?;
@@ -122,10 +141,31 @@ impl Puller {
             (manifest_digest, manifest_bytes, media_type) =
                 (digest, bytes.to_vec(), entry.media_type.clone());
         }
+        if known == Some(manifest_digest.as_str()) {
+            return Ok(Pulled::Unchanged(manifest_digest));
+        }
         let manifest: OciImageManifest = serde_json::from_slice(&manifest_bytes)
             .map_err(|e| PullError::BadImage(format!("manifest of {image}: {e}")))?;
-        for desc in std::iter::once(&manifest.config).chain(&manifest.layers) {
+        let blobs: Vec<&OciDescriptor> = std::iter::once(&manifest.config)
+            .chain(&manifest.layers)
+            .collect();
+        let total: u64 = blobs.iter().map(|d| d.size.max(0) as u64).sum();
+        let mut done = 0u64;
+        for (i, desc) in blobs.iter().enumerate() {
             let data = self.blob(&client, &reference, desc, image).await?;
+            done += data.len() as u64;
+            if total >= PROGRESS_FROM {
+                tracing::info!(
+                    image,
+                    blob = i + 1,
+                    blobs = blobs.len(),
+                    bytes = done,
+                    of = total,
+                    "pulling: {:.1} of {:.1} MiB",
+                    done as f64 / f64::from(1 << 20),
+                    total as f64 / f64::from(1 << 20)
+                );
+            }
             layout.insert(blob_key(&desc.digest)?, data);
         }
         layout.insert(blob_key(&manifest_digest)?, manifest_bytes.clone());
@@ -142,7 +182,7 @@ impl Puller {
             "index.json".into(),
             serde_json::to_vec(&index).expect("serializes"),
         );
-        Ok(layout)
+        Ok(Pulled::Image(layout))
     }
 
     /// One blob, its digest checked.

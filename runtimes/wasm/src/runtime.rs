@@ -1371,21 +1371,37 @@ impl Runtime for WasmRuntime {
     }
 
     async fn pull_image(&self, image: &str, auth: Option<&AuthConfig>) -> Result<String> {
-        match self.inner.images.resolve(image) {
-            Ok(entry) => return Ok(entry.image.manifest_digest),
-            Err(ImageError::NotFound(_)) => {}
+        // A digest names one image for good: held, it is the same. A tag is asked of
+        // its registry every time (`imagePullPolicy: Always`), which downloads nothing
+        // when the tag still names the image held.
+        let known = match self.inner.images.resolve(image) {
+            Ok(entry) if image.contains('@') => return Ok(entry.image.manifest_digest),
+            Ok(entry) => Some(entry.image.manifest_digest),
+            Err(ImageError::NotFound(_)) => None,
             Err(e) => return Err(image_error(image, e)),
-        }
+        };
         let started = std::time::Instant::now();
-        let layout = self.inner.puller.pull(image, auth).await.map_err(|e| {
-            Error::image_pull(
-                image,
-                format!(
-                    "{e} (an image no registry serves is imported with `wasmlet images \
+        let pulled = self
+            .inner
+            .puller
+            .pull(image, auth, known.as_deref())
+            .await
+            .map_err(|e| {
+                Error::image_pull(
+                    image,
+                    format!(
+                        "{e} (an image no registry serves is imported with `wasmlet images \
                          import` or by placing its OCI archive in <root-dir>/images)"
-                ),
-            )
-        })?;
+                    ),
+                )
+            })?;
+        let layout = match pulled {
+            crate::registry::Pulled::Unchanged(digest) => {
+                tracing::info!(image, id = %digest, "the registry still names the image held; nothing pulled");
+                return Ok(digest);
+            }
+            crate::registry::Pulled::Image(layout) => layout,
+        };
         let size: usize = layout.values().map(Vec::len).sum();
         let store = self.inner.images.clone();
         let name = image.to_owned();

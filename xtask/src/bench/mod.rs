@@ -6,7 +6,8 @@
 //! `ctr run` of the same image on the same containerd as a lower bound.
 //! `bench idle` ([`idle::idle`]) measures an idle node's own CPU and RSS per pod
 //! source. `bench eviction` ([`eviction::eviction`]) measures how soon a pod crossing
-//! a memory threshold is stopped, with memcg notifications and by polling.
+//! a memory threshold is stopped, with memcg notifications and by polling. `bench
+//! http` ([`http::http`]) measures the `wasi:http` example against a native server.
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -20,8 +21,10 @@ use wasmlet_testkit::images;
 use wasmlet_testkit::node::{NodeOptions, TestNode, poll, rss_kib, tail};
 
 mod eviction;
+mod http;
 mod idle;
 pub use eviction::eviction;
+pub use http::http;
 pub use idle::idle;
 
 /// `bench plugin-call`: builds the example plugins, then runs the host's

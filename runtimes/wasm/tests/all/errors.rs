@@ -51,9 +51,25 @@ async fn pulling_a_missing_image_says_how_to_import_it() -> Result<()> {
         }
         other => panic!("expected ImagePull, got {other:?}"),
     }
-    // An imported image "pulls" to its id.
-    let id = fx.runtime.pull_image(&example_ref("hello"), None).await?;
+    // An imported image pulled by its tag asks the registry too (as containerd
+    // resolves a tag for `imagePullPolicy: Always`): with none there it fails; by its
+    // digest it is the image held.
+    let err = fx
+        .runtime
+        .pull_image(&example_ref("hello"), None)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("pulling localhost/wasmlet-examples/hello"),
+        "{err}"
+    );
     let entry = fx.runtime.images().resolve(&example_ref("hello"))?;
+    let by_digest = format!(
+        "localhost/wasmlet-examples/hello@{}",
+        entry.image.manifest_digest
+    );
+    let id = fx.runtime.pull_image(&by_digest, None).await?;
     assert_eq!(id, entry.image.manifest_digest);
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use wasmlet_runtime::Runtime;
 use wasmlet_runtime_wasm::WasmKind;
 use wasmlet_runtime_wasm::image::{ImageError, ImageStore, sha256_hex};
@@ -154,12 +154,19 @@ async fn list_images_groups_references_by_image_with_tags_and_digests() -> Resul
     )?;
     fx.runtime.images().import_archive(&archive)?;
 
-    let hello_id = fx.runtime.pull_image(&example_ref("hello"), None).await?;
-    let component_id = fx
-        .runtime
-        .pull_image(&example_ref("hello-component"), None)
-        .await?;
-    assert_eq!(fx.runtime.pull_image(mirror, None).await?, hello_id);
+    let runtime = &fx.runtime;
+    let id_of = |image: String| async move {
+        anyhow::Ok(
+            runtime
+                .image_status(&image)
+                .await?
+                .context("the image is held")?
+                .id,
+        )
+    };
+    let hello_id = id_of(example_ref("hello")).await?;
+    let component_id = id_of(example_ref("hello-component")).await?;
+    assert_eq!(id_of(mirror.to_owned()).await?, hello_id);
 
     let mut images = fx.runtime.list_images().await?;
     assert_eq!(images.len(), 2, "{images:#?}");

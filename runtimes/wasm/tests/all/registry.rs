@@ -124,3 +124,36 @@ async fn a_registry_whose_ca_is_not_trusted_is_refused() -> Result<()> {
     }
     Ok(())
 }
+
+/// `imagePullPolicy: Always` pulls every time: a tag held is asked of its registry
+/// again, which gives the same image while the tag names it, and the new one once it
+/// was pushed anew.
+#[tokio::test]
+async fn a_tag_pulled_again_follows_the_registry() -> Result<()> {
+    let registry = tokio::task::spawn_blocking(Registry::start).await??;
+    let first = registry
+        .push_wasm("wasm/app", "stable", &example_wasm("hello"))
+        .await?;
+    let fx = Fixture::with_registry(settings(&registry))?;
+    let tag = format!("{}/wasm/app:stable", registry.host);
+    let auth = credentials(PASSWORD);
+    assert_eq!(fx.runtime.pull_image(&tag, Some(&auth)).await?, first);
+    assert_eq!(
+        fx.runtime.pull_image(&tag, Some(&auth)).await?,
+        first,
+        "unchanged"
+    );
+    let second = registry
+        .push_wasm("wasm/app", "stable", &example_wasm("ticker"))
+        .await?;
+    assert_ne!(first, second);
+    assert_eq!(fx.runtime.pull_image(&tag, Some(&auth)).await?, second);
+    assert_eq!(
+        fx.runtime.images().resolve(&tag)?.image.manifest_digest,
+        second,
+        "the tag now names the new image"
+    );
+    // Without the registry's consent a held tag is not used: the pull fails.
+    assert!(fx.runtime.pull_image(&tag, None).await.is_err());
+    Ok(())
+}
