@@ -454,8 +454,14 @@ mod tests {
         .unwrap();
         let providers = load(&config, &bin).unwrap();
         assert_eq!(providers.len(), 1);
-        assert_eq!(providers[0].default_cache_duration, Duration::from_secs(12 * 3600));
-        assert_eq!(providers[0].env, [("AWS_PROFILE".to_owned(), "temp".to_owned())]);
+        assert_eq!(
+            providers[0].default_cache_duration,
+            Duration::from_secs(12 * 3600)
+        );
+        assert_eq!(
+            providers[0].env,
+            [("AWS_PROFILE".to_owned(), "temp".to_owned())]
+        );
 
         std::fs::write(
             &config,
@@ -470,7 +476,10 @@ mod tests {
             "apiVersion must be one of",
             "plugin binary executable",
         ] {
-            assert!(errors.iter().any(|e| e.contains(want)), "{want}: {errors:#?}");
+            assert!(
+                errors.iter().any(|e| e.contains(want)),
+                "{want}: {errors:#?}"
+            );
         }
     }
 }
