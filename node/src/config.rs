@@ -260,6 +260,9 @@ struct KubeletConfiguration {
     streaming_connection_idle_timeout: Option<String>,
     authentication: Option<node_api::AuthenticationSection>,
     authorization: Option<node_api::AuthorizationSection>,
+    topology_manager_policy: Option<String>,
+    topology_manager_scope: Option<String>,
+    topology_manager_policy_options: Option<BTreeMap<String, String>>,
     wasmlet: Option<WasmletSection>,
     #[serde(flatten)]
     other: BTreeMap<String, serde_json::Value>,
@@ -293,6 +296,10 @@ struct WasmletSection {
     cni_conf_dir: Option<PathBuf>,
     /// `--cni-bin-dir` in the file.
     cni_bin_dir: Option<Vec<PathBuf>>,
+    /// Where the machine's topology is read (`/sys`); tests lay out a NUMA machine.
+    sysfs_root: Option<PathBuf>,
+    /// How often Wasm device adapters are asked for their devices (10 s).
+    device_adapter_period: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -300,6 +307,16 @@ struct WasmletSection {
 struct BackoffSection {
     initial: Option<String>,
     max: Option<String>,
+}
+
+/// The device and topology managers' settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceSettings {
+    pub topology: crate::cm::topologymanager::Config,
+    /// The sysfs the machine's topology is read from (`/sys`).
+    pub sysfs_root: PathBuf,
+    /// How often Wasm device adapters are asked for their devices.
+    pub adapter_period: Duration,
 }
 
 /// How the node joins a cluster.
@@ -392,6 +409,8 @@ pub struct NodeConfig {
     pub cgroups: Option<CgroupSettings>,
     /// The Wasm plugins to load (`wasmlet.plugins`).
     pub plugins: Vec<wasmlet_plugin_host::PluginConfig>,
+    /// The device manager and the topology manager.
+    pub devices: DeviceSettings,
     /// The authenticated node API on `address:port`.
     pub node_api: NodeApiSettings,
     /// Container log rotation.
@@ -511,6 +530,7 @@ impl NodeFlags {
             ..Default::default()
         };
         let network = self.network(&section);
+        let devices = sections::devices(&file, &section, &mut errors);
         let (plugins, runtime_handlers) =
             sections::wasmlet_section(section, cri.is_some(), &mut errors);
         let cluster = self.cluster(&file, &timing, &mut errors);
@@ -565,6 +585,7 @@ impl NodeFlags {
             sandbox_args: sandbox.args,
             cgroups,
             plugins,
+            devices,
             node_api,
             container_logs,
             volume_stats_agg_period: timing.volume_stats_agg_period,

@@ -138,6 +138,10 @@ struct Managers {
     /// Graceful node shutdown, to start, and whether the node is shutting down.
     shutdown: Option<crate::shutdown::ShutdownManager>,
     shutdown_state: crate::shutdown::ShutdownState,
+    /// The device manager (device plugins and Wasm device adapters).
+    devices: crate::cm::devicemanager::DeviceManager,
+    /// The topology manager, whose providers allocate at admission.
+    topology: Arc<crate::cm::topologymanager::TopologyManager>,
 }
 
 /// An HTTP server, bound when the node runs.
@@ -459,7 +463,9 @@ async fn managers(
         probe_tx,
     );
     let services = crate::cluster::ServiceCache::default();
-    let mut syncer = pod_syncer(config, machine, &runtimes.router, &events, &probes);
+    let (devices, topology) = device_managers(config, &events);
+    let mut syncer = pod_syncer(config, machine, &runtimes.router, &events, &probes)
+        .with_devices(devices.clone());
     if let Some(api) = api {
         syncer = syncer.with_objects(Arc::new(crate::cluster::ApiObjects {
             client: api.client.clone(),
@@ -532,7 +538,60 @@ async fn managers(
         image_gc,
         shutdown: Some(shutdown),
         shutdown_state,
+        devices,
+        topology,
     }
+}
+
+/// The device manager over `<root-dir>/device-plugins` and the topology manager with
+/// it as hint provider, on the machine's NUMA nodes as sysfs tells them. A topology
+/// manager the machine cannot have (more NUMA nodes than allowed) is reported and
+/// replaced by policy `none`, so that the node still runs.
+fn device_managers(
+    config: &NodeConfig,
+    events: &EventRecorder,
+) -> (
+    crate::cm::devicemanager::DeviceManager,
+    Arc<crate::cm::topologymanager::TopologyManager>,
+) {
+    use crate::cm::topologymanager::{NumaInfo, TopologyManager};
+    let settings = &config.devices;
+    let numa = match crate::cm::cputopology::CpuTopology::read(&settings.sysfs_root) {
+        Ok(t) => NumaInfo {
+            nodes: t.numa_nodes(),
+            distances: t.distances.clone(),
+        },
+        Err(e) => {
+            tracing::warn!(sysfs = %settings.sysfs_root.display(), "reading the machine's topology, taking one NUMA node: {e}");
+            NumaInfo::new(vec![0])
+        }
+    };
+    let dir = config.root_dir.join("device-plugins");
+    let devices = crate::cm::devicemanager::DeviceManager::new(
+        &dir,
+        numa.nodes.clone(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .unwrap_or_else(|e| {
+        tracing::error!(dir = %dir.display(), "the device manager's directory: {e}");
+        crate::cm::devicemanager::DeviceManager::new(
+            &std::env::temp_dir(),
+            numa.nodes.clone(),
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .expect("a device manager over the temporary directory")
+    })
+    .with_events(events.clone(), config.node_name.clone());
+    let mut topology = match TopologyManager::new(settings.topology.clone(), numa.clone()) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!("topology manager: {e}; running with policy none");
+            TopologyManager::new(Default::default(), numa).expect("policy none fits any machine")
+        }
+    };
+    tracing::info!(policy = settings.topology.policy.name(), scope = ?settings.topology.scope, "topology manager");
+    topology.add_provider(Arc::new(devices.clone()));
+    (devices, Arc::new(topology))
 }
 
 /// Node allocatable memory as the eviction manager reads `allocatableMemory.available`
@@ -759,6 +818,7 @@ async fn pod_sources(
                 pleg_threshold: config.pleg_unhealthy_after,
                 pressure: managers.pressure.clone(),
                 shutdown: managers.shutdown_state.clone(),
+                devices: managers.devices.clone(),
             };
             Some(
                 cluster::Membership::build(

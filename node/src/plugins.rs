@@ -173,6 +173,15 @@ pub fn admission_plugins(config: &[wasmlet_plugin_host::PluginConfig]) -> Vec<St
         .collect()
 }
 
+/// The device adapters of a configuration, in its order.
+pub fn device_adapters(config: &[wasmlet_plugin_host::PluginConfig]) -> Vec<String> {
+    config
+        .iter()
+        .filter(|p| p.world == World::DeviceAdapter)
+        .map(|p| p.name.clone())
+        .collect()
+}
+
 /// The eviction plugin of a configuration: the first `eviction` one (a node ranks
 /// its candidates one way).
 pub fn eviction_plugin(config: &[wasmlet_plugin_host::PluginConfig]) -> Option<String> {

@@ -82,6 +82,8 @@ pub struct PodSyncer {
     pub(crate) pull_limits: crate::images::puller::PullLimits,
     /// The node's own pull credentials (docker config, credential providers).
     pub(crate) node_keyring: Option<Arc<crate::images::providers::NodeKeyring>>,
+    /// The device plugins' allocations, given to containers at start.
+    pub(crate) devices: Option<crate::cm::devicemanager::DeviceManager>,
 }
 
 /// Removes a container instance the pod no longer keeps; one already gone is fine,
@@ -154,7 +156,14 @@ impl PodSyncer {
             oom_scores: None,
             pull_limits: crate::images::puller::PullLimits::new(Default::default()),
             node_keyring: None,
+            devices: None,
         }
+    }
+
+    /// Gives containers the devices the device manager allocated to them.
+    pub fn with_devices(mut self, devices: crate::cm::devicemanager::DeviceManager) -> Self {
+        self.devices = Some(devices);
+        self
     }
 
     /// Puts every pod in a pod cgroup of `cm`'s hierarchy.

@@ -113,6 +113,12 @@ pub struct SyncLoop {
     evictions: Option<mpsc::Receiver<crate::eviction::Eviction>>,
     /// What container GC keeps.
     container_gc: crate::kuberuntime::gc::ContainerGcPolicy,
+    /// The topology manager (whose providers allocate devices at admission) and the
+    /// device manager (whose allocatable joins the node's).
+    resources: Option<(
+        Arc<crate::cm::topologymanager::TopologyManager>,
+        crate::cm::devicemanager::DeviceManager,
+    )>,
 }
 
 impl SyncLoop {
@@ -141,6 +147,7 @@ impl SyncLoop {
             deleting: HashSet::new(),
             static_pods: Default::default(),
             node_info: None,
+            resources: None,
             rejected: HashSet::new(),
             terminating: HashMap::new(),
             statuses,
@@ -206,6 +213,18 @@ impl SyncLoop {
         self
     }
 
+    /// Allocates new pods' devices at admission through the topology manager, after
+    /// the pressure checks and before the built-in admission, as the kubelet's
+    /// resource allocation admit handler.
+    pub fn with_resources(
+        mut self,
+        topology: Arc<crate::cm::topologymanager::TopologyManager>,
+        devices: crate::cm::devicemanager::DeviceManager,
+    ) -> Self {
+        self.resources = Some((topology, devices));
+        self
+    }
+
     /// Asks the admission plugins of `host` about every new pod, after the built-in
     /// admission.
     pub fn with_plugins(
@@ -251,9 +270,9 @@ impl SyncLoop {
     /// The kubelet's admission of a new pod; a rejected pod is Failed with the
     /// rejection's reason and never started.
     async fn admit(&mut self, pod: &Pod) -> bool {
-        let Some(node) = &self.node_info else {
+        if self.node_info.is_none() && self.resources.is_none() {
             return true;
-        };
+        }
         // Active pods: not finished; those still terminating count too.
         let finished = |p: &Pod| {
             let phase = self
@@ -271,23 +290,76 @@ impl SyncLoop {
             .filter(|p| !finished(p))
             .cloned()
             .collect();
-        // Pressure first, then the built-in checks, then the admission plugins in
+        // Pressure first, then the resource allocation (the topology manager and the
+        // device manager), then the built-in checks, then the admission plugins in
         // their order.
         let under_pressure = self
             .pressure
             .as_ref()
             .map_or(Ok(()), |p| p.admit(pod))
             .and_then(|()| self.shutdown.as_ref().map_or(Ok(()), |s| s.admit(pod)));
-        let decided =
-            match under_pressure.and_then(|()| crate::admission::admit(pod, &admitted, node)) {
-                Ok(()) => match &self.plugins {
-                    Some((host, names)) => {
+        let allocated = match (under_pressure, &self.resources) {
+            (Err(rejection), _) => Err(rejection),
+            (Ok(()), None) => Ok(()),
+            (Ok(()), Some((topology, devices))) => {
+                // As the kubelet's UpdateAllocatedDevices: once every source has
+                // sent its pods, devices of pods that are gone or finished are free.
+                if self
+                    .config
+                    .seen_all(self.sources.iter().map(String::as_str))
+                {
+                    let finished_uids: HashSet<&str> = self
+                        .pods
+                        .values()
+                        .filter(|p| finished(p))
+                        .map(uid)
+                        .collect();
+                    let active: HashSet<String> = self
+                        .config
+                        .uids()
+                        .chain(self.terminating.keys().map(String::as_str))
+                        .chain(std::iter::once(uid(pod)))
+                        .filter(|u| !finished_uids.contains(u))
+                        .map(str::to_owned)
+                        .collect();
+                    devices.retain_pods(&active);
+                }
+                topology.admit(pod).await
+            }
+        };
+        let node = self.node_info.as_ref().map(|node| {
+            let mut node = node.clone();
+            if let Some((_, devices)) = &self.resources {
+                for (name, n) in devices.admission_allocatable() {
+                    node.allocatable.insert(
+                        name,
+                        k8s_openapi::apimachinery::pkg::api::resource::Quantity(n.to_string()),
+                    );
+                }
+            }
+            node
+        });
+        let decided = match allocated {
+            Err(rejection) => Err(rejection),
+            Ok(()) => {
+                let checked = match &node {
+                    Some(node) => crate::admission::admit(pod, &admitted, node),
+                    None => Ok(()),
+                };
+                let checked = match (checked, &self.plugins, &node) {
+                    (Ok(()), Some((host, names)), Some(node)) => {
                         crate::plugins::admit(host, names, pod, node, &admitted).await
                     }
-                    None => Ok(()),
-                },
-                Err(rejection) => Err(rejection),
-            };
+                    (other, _, _) => other,
+                };
+                if checked.is_err()
+                    && let Some((topology, _)) = &self.resources
+                {
+                    topology.remove_pod(uid(pod));
+                }
+                checked
+            }
+        };
         match decided {
             Ok(()) => true,
             Err(rejection) => {

@@ -32,6 +32,46 @@ pub struct StatusInputs {
     pub images: Arc<
         dyn Fn() -> futures::future::BoxFuture<'static, Vec<wasmlet_runtime::Image>> + Send + Sync,
     >,
+    /// The device plugins' resources, when the node has a device manager: their
+    /// capacity and allocatable (a resource whose plugin is gone for good at 0), and
+    /// a receiver that changes with them.
+    pub devices: Option<DeviceResources>,
+}
+
+/// The device manager's side of the status.
+#[derive(Clone)]
+pub struct DeviceResources {
+    pub capacity: Arc<dyn Fn() -> crate::cm::devicemanager::Capacity + Send + Sync>,
+    pub changes: tokio::sync::watch::Receiver<u64>,
+}
+
+impl DeviceResources {
+    pub fn of(devices: &crate::cm::devicemanager::DeviceManager) -> Self {
+        let d = devices.clone();
+        DeviceResources {
+            capacity: Arc::new(move || d.capacity()),
+            changes: devices.subscribe(),
+        }
+    }
+}
+
+/// Adds the device plugins' resources to `status` (removed ones at 0, as the kubelet).
+pub fn add_device_resources(status: &mut NodeStatus, cap: &crate::cm::devicemanager::Capacity) {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let capacity = status.capacity.get_or_insert_with(Default::default);
+    for (name, n) in &cap.capacity {
+        capacity.insert(name.clone(), Quantity(n.to_string()));
+    }
+    for name in &cap.removed {
+        capacity.insert(name.clone(), Quantity("0".into()));
+    }
+    let allocatable = status.allocatable.get_or_insert_with(Default::default);
+    for (name, n) in &cap.allocatable {
+        allocatable.insert(name.clone(), Quantity(n.to_string()));
+    }
+    for name in &cap.removed {
+        allocatable.insert(name.clone(), Quantity("0".into()));
+    }
 }
 
 fn time_now() -> Time {
@@ -151,6 +191,9 @@ impl NodeStatusLoop {
             previous,
         ));
         status.images = Some(images((self.inputs.images)().await));
+        if let Some(devices) = &self.inputs.devices {
+            add_device_resources(&mut status, &(devices.capacity)());
+        }
         status
     }
 
@@ -159,6 +202,7 @@ impl NodeStatusLoop {
         let mut last_write: Option<Instant> = None;
         let mut failing = false;
         let mut nudge = self.inputs.nudge.clone();
+        let mut device_changes = self.inputs.devices.as_ref().map(|d| d.changes.clone());
         loop {
             // As the kubelet: read the Node, compute the status against what the API
             // has (a controller may have marked the node Unknown meanwhile), write it
@@ -220,10 +264,19 @@ impl NodeStatusLoop {
                 }
                 std::future::pending::<()>().await
             };
+            let devices_changed = async {
+                if let Some(rx) = device_changes.as_mut()
+                    && rx.changed().await.is_ok()
+                {
+                    return;
+                }
+                std::future::pending::<()>().await
+            };
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = tokio::time::sleep(self.update_frequency) => {}
                 () = nudged => {}
+                () = devices_changed => {}
             }
         }
     }

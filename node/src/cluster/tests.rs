@@ -67,6 +67,7 @@ async fn lease_renews_every_ten_seconds_and_status_is_written_on_change_or_every
             })
         },
         images: Arc::new(|| Box::pin(async { Vec::new() })),
+        devices: None,
     };
     tokio::spawn(
         LeaseController::new(client.clone(), "n1", 40, handle.clone()).run(cancel.clone()),

@@ -22,7 +22,12 @@
 //! cgroup waits for its killed processes, so async callers use `spawn_blocking`.
 
 pub mod cgroup;
+pub mod cpuset;
+pub mod cputopology;
+pub mod devicemanager;
 pub mod formulas;
+pub mod spew;
+pub mod topologymanager;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io;

@@ -829,6 +829,55 @@ pub(super) fn shutdown(
     config
 }
 
+/// The topology manager (`topologyManagerPolicy`, `topologyManagerScope`,
+/// `topologyManagerPolicyOptions`, the kubelet's defaults `none` and `container`),
+/// and where the machine's topology is read.
+pub(super) fn devices(
+    file: &KubeletConfiguration,
+    section: &WasmletSection,
+    errors: &mut Vec<String>,
+) -> super::DeviceSettings {
+    use crate::cm::topologymanager::{Config, Policy, PolicyOptions, Scope};
+    let policy = match file.topology_manager_policy.as_deref() {
+        None => Policy::None,
+        Some(name) => Policy::parse(name).unwrap_or_else(|e| {
+            errors.push(format!("topologyManagerPolicy: {e}"));
+            Policy::None
+        }),
+    };
+    let scope = match file.topology_manager_scope.as_deref() {
+        None => Scope::Container,
+        Some(name) => Scope::parse(name).unwrap_or_else(|e| {
+            errors.push(format!("topologyManagerScope: {e}"));
+            Scope::Container
+        }),
+    };
+    let options = match &file.topology_manager_policy_options {
+        None => PolicyOptions::default(),
+        Some(map) => PolicyOptions::parse(map).unwrap_or_else(|e| {
+            errors.push(format!("topologyManagerPolicyOptions: {e}"));
+            PolicyOptions::default()
+        }),
+    };
+    super::DeviceSettings {
+        topology: Config {
+            policy,
+            scope,
+            options,
+        },
+        sysfs_root: section
+            .sysfs_root
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from("/sys")),
+        adapter_period: duration_of(
+            errors,
+            "wasmlet.deviceAdapterPeriod",
+            section.device_adapter_period.as_ref(),
+            Duration::from_secs(10),
+        ),
+    }
+}
+
 /// wasmlet's own section: its plugins (validated) and its RuntimeClass handlers
 /// (`wasmtime` always; any other needs a CRI runtime).
 pub(super) fn wasmlet_section(

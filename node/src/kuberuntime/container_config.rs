@@ -237,6 +237,7 @@ impl PodSyncer {
             annotations,
             resources,
             devices: Vec::new(),
+            cdi_devices: Vec::new(),
             security: podspec::container_security(&spec, c),
             stdin: c.stdin.unwrap_or(false),
             stdin_once: c.stdin_once.unwrap_or(false),

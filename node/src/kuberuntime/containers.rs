@@ -54,8 +54,14 @@ impl PodSyncer {
                 waiting: Waiting::new("CreateContainerConfigError", message),
                 retry: self.retry_after_error,
             })?;
-        let config = self
+        let mut config = self
             .container_config(pod, c, attempt, env, volumes, caps.directory_mounts_only)
+            .map_err(|message| StartError {
+                waiting: Waiting::new("CreateContainerConfigError", message),
+                retry: self.retry_after_error,
+            })?;
+        self.add_devices(pod, c, &mut config, caps.directory_mounts_only)
+            .await
             .map_err(|message| StartError {
                 waiting: Waiting::new("CreateContainerConfigError", message),
                 retry: self.retry_after_error,
@@ -260,5 +266,65 @@ impl PodSyncer {
         if let Err(e) = runtime.stop_container(id, left).await {
             tracing::warn!(pod = %full_name(pod), container = %name, "stopping container: {e}");
         }
+    }
+}
+
+impl PodSyncer {
+    /// What the device plugins' `Allocate` gave the container (after their
+    /// `PreStartContainer`): env, mounts, device nodes, annotations and CDI devices,
+    /// as the kubelet's `GenerateRunContainerOptions` adds them. A Wasm guest has no
+    /// device files: its device nodes are left out (logged) and its mounts must be
+    /// directories, which become preopens.
+    async fn add_devices(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        config: &mut wasmlet_runtime::ContainerConfig,
+        directories_only: bool,
+    ) -> Result<(), String> {
+        let Some(devices) = &self.devices else {
+            return Ok(());
+        };
+        let Some(run) = devices
+            .run_options(crate::pod::uid(pod), &c.name)
+            .await
+            .map_err(|e| format!("devices: {e}"))?
+        else {
+            return Ok(());
+        };
+        for (k, v) in run.envs {
+            config.env.retain(|(name, _)| *name != k);
+            config.env.push((k, v));
+        }
+        for m in run.mounts {
+            let host = std::path::PathBuf::from(&m.host_path);
+            if directories_only && !host.is_dir() {
+                tracing::warn!(pod = %full_name(pod), container = %c.name, host_path = %m.host_path, "a device mount that is not a directory cannot be given to a Wasm guest; left out");
+                continue;
+            }
+            config.mounts.push(wasmlet_runtime::Mount {
+                container_path: m.container_path,
+                host_path: host,
+                readonly: m.read_only,
+            });
+        }
+        if directories_only {
+            if !run.devices.is_empty() {
+                tracing::info!(pod = %full_name(pod), container = %c.name, devices = run.devices.len(), "device nodes are not given to Wasm guests");
+            }
+        } else {
+            config
+                .devices
+                .extend(run.devices.into_iter().map(|d| wasmlet_runtime::Device {
+                    container_path: d.container_path,
+                    host_path: d.host_path.into(),
+                    permissions: d.permissions,
+                }));
+        }
+        for (k, v) in run.annotations {
+            config.annotations.entry(k).or_insert(v);
+        }
+        config.cdi_devices.extend(run.cdi_devices);
+        Ok(())
     }
 }

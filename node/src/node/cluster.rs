@@ -33,6 +33,8 @@ pub(super) struct Health {
     pub pressure: crate::eviction::Pressure,
     /// Whether the node is shutting down (not ready then).
     pub shutdown: crate::shutdown::ShutdownState,
+    /// The device plugins' resources.
+    pub devices: crate::cm::devicemanager::DeviceManager,
 }
 
 /// The node's parts the cluster's tasks share.
@@ -209,8 +211,10 @@ fn status_inputs(health: Health, router: RuntimeRouter) -> StatusInputs {
         pleg_threshold,
         pressure,
         shutdown,
+        devices,
     } = health;
     StatusInputs {
+        devices: Some(crate::cluster::node_status::DeviceResources::of(&devices)),
         pressure: Arc::new(move || pressure.conditions()),
         nudge: Some(shutdown.subscribe()),
         readiness: Arc::new(move || {

@@ -55,6 +55,15 @@ impl Node {
         if let Some(eviction) = managers.eviction.take() {
             tasks.spawn("eviction manager", eviction.run(cancel.clone()));
         }
+        tasks.spawn(
+            "device manager",
+            managers.devices.clone().run(
+                managers.plugins.clone(),
+                crate::plugins::device_adapters(&config.plugins),
+                config.devices.adapter_period,
+                cancel.clone(),
+            ),
+        );
         if let Some(shutdown) = managers.shutdown.take() {
             tasks.spawn("node shutdown manager", shutdown.run(cancel.clone()));
         }
@@ -190,6 +199,7 @@ fn sync_loop(config: &NodeConfig, mut managers: Managers, sources: Vec<String>) 
     }
     .with_shutdown(managers.shutdown_state.clone())
     .with_container_gc(config.container_gc);
+    let sync_loop = sync_loop.with_resources(managers.topology.clone(), managers.devices.clone());
     let sync_loop = match managers.admission {
         Some(node) => sync_loop.with_admission(node, managers.events.clone()),
         None => sync_loop,

@@ -217,6 +217,9 @@ pub struct ContainerConfig {
     pub annotations: Labels,
     pub resources: ContainerResources,
     pub devices: Vec<Device>,
+    /// CDI devices by fully qualified name (`vendor.com/class=name`), from device
+    /// plugins; the runtime resolves them.
+    pub cdi_devices: Vec<String>,
     pub security: ContainerSecurity,
     /// The container's stdin stays open for attach (`stdin` in the PodSpec).
     pub stdin: bool,

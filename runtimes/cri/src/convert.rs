@@ -285,6 +285,11 @@ pub(crate) fn container_config(
             .collect(),
         mounts,
         devices,
+        cdi_devices: c
+            .cdi_devices
+            .iter()
+            .map(|name| cri::CdiDevice { name: name.clone() })
+            .collect(),
         labels: to_map(&c.labels),
         annotations: to_map(&c.annotations),
         log_path: path_str("log path", &c.log_path)?.to_owned(),
@@ -893,6 +898,7 @@ mod tests {
                     permissions: "rw".into(),
                 },
             ],
+            cdi_devices: vec!["vendor.com/gpu=gpu0".into()],
             security: ContainerSecurity {
                 privileged: true,
                 run_as_user: Some(1001),
@@ -942,6 +948,7 @@ mod tests {
         assert_eq!(got.labels["l"], "1");
         assert_eq!(got.annotations["n"], "2");
         assert!(got.stdin && got.stdin_once && got.tty);
+        assert_eq!(got.cdi_devices[0].name, "vendor.com/gpu=gpu0");
         assert_eq!(
             got.devices,
             [

@@ -1,0 +1,141 @@
+//! The `Registration` service on `kubelet.sock`: a device plugin says which resource
+//! it serves and on which socket (in the same directory); the node validates it,
+//! connects, and follows its `ListAndWatch` stream until it ends.
+
+use std::sync::Arc;
+
+use tokio::net::UnixListener;
+use tonic::{Request, Response, Status};
+use wasmlet_proto::deviceplugin::v1beta1 as api;
+use wasmlet_proto::deviceplugin::v1beta1::registration_server::{Registration, RegistrationServer};
+
+use super::endpoint::GrpcEndpoint;
+use super::{DeviceManager, KUBELET_SOCKET, devices_from_plugin, valid_resource_name};
+
+/// The device plugin API versions the node speaks.
+pub const SUPPORTED_VERSIONS: [&str; 1] = ["v1beta1"];
+
+struct Service {
+    manager: DeviceManager,
+}
+
+#[tonic::async_trait]
+impl Registration for Service {
+    async fn register(
+        &self,
+        request: Request<api::RegisterRequest>,
+    ) -> Result<Response<api::Empty>, Status> {
+        let r = request.into_inner();
+        tracing::info!(resource = %r.resource_name, endpoint = %r.endpoint, version = %r.version, "device plugin registers");
+        if !SUPPORTED_VERSIONS.contains(&r.version.as_str()) {
+            let message = format!(
+                "requested API version {:?} is not supported by kubelet. Supported versions are {:?}",
+                r.version, SUPPORTED_VERSIONS
+            );
+            tracing::warn!(resource = %r.resource_name, "{message}");
+            return Err(Status::invalid_argument(message));
+        }
+        if !valid_resource_name(&r.resource_name) {
+            let message = format!("the ResourceName {:?} is invalid", r.resource_name);
+            tracing::warn!("{message}");
+            return Err(Status::invalid_argument(message));
+        }
+        // The endpoint is a file name in the device plugin directory.
+        let name = std::path::Path::new(&r.endpoint);
+        if r.endpoint.is_empty()
+            || name.components().count() != 1
+            || r.endpoint == KUBELET_SOCKET
+            || r.endpoint == super::CHECKPOINT_FILE
+        {
+            let message = format!(
+                "the endpoint {:?} is not a socket name in {}",
+                r.endpoint,
+                self.manager.dir().display()
+            );
+            return Err(Status::invalid_argument(message));
+        }
+        let socket = self.manager.dir().join(&r.endpoint);
+        let options = r.options.unwrap_or_default();
+        // As the kubelet: registration answers at once; the connection and the
+        // stream run on their own.
+        tokio::spawn(run_endpoint(
+            self.manager.clone(),
+            r.resource_name,
+            GrpcEndpoint::new(socket, options),
+        ));
+        Ok(Response::new(api::Empty {}))
+    }
+}
+
+/// Follows one plugin's `ListAndWatch` until it ends (or the node stops), then marks
+/// its devices unhealthy.
+async fn run_endpoint(manager: DeviceManager, resource: String, endpoint: GrpcEndpoint) {
+    let mut client = endpoint.client.clone();
+    let socket = endpoint.socket.clone();
+    let generation = manager.connect(&resource, Arc::new(endpoint));
+    let cancel = manager.cancel_token();
+    let why = match client.list_and_watch(api::Empty {}).await {
+        Err(s) => format!(
+            "ListAndWatch on {}: {}: {}",
+            socket.display(),
+            s.code(),
+            s.message()
+        ),
+        Ok(response) => {
+            let mut stream = response.into_inner();
+            loop {
+                let next = tokio::select! {
+                    () = cancel.cancelled() => return,
+                    next = stream.message() => next,
+                };
+                match next {
+                    Ok(Some(answer)) => {
+                        manager.update_devices(
+                            &resource,
+                            generation,
+                            devices_from_plugin(answer.devices),
+                        );
+                    }
+                    Ok(None) => break "the ListAndWatch stream ended".to_owned(),
+                    Err(s) => break format!("ListAndWatch: {}: {}", s.code(), s.message()),
+                }
+            }
+        }
+    };
+    manager.disconnected(&resource, generation, &why);
+}
+
+/// Serves `Registration` on `<dir>/kubelet.sock` until the node stops. A stale
+/// socket of an earlier run is replaced: plugins watching it take the new one as the
+/// signal to register again.
+pub async fn serve(manager: DeviceManager) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let path = manager.socket_path();
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => anyhow::bail!("removing the stale {}: {e}", path.display()),
+    }
+    let listener = UnixListener::bind(&path).map_err(|e| {
+        anyhow::anyhow!(
+            "binding the device plugin registration socket {}: {e}",
+            path.display()
+        )
+    })?;
+    let cancel = manager.cancel_token();
+    let incoming = futures::stream::unfold(listener, |listener| async move {
+        let accepted = listener.accept().await.map(|(stream, _)| stream);
+        Some((accepted, listener))
+    });
+    tracing::info!(socket = %path.display(), "device plugin registration is served");
+    let service = RegistrationServer::new(Service { manager });
+    Ok(tokio::spawn(async move {
+        let result = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(incoming, cancel.cancelled_owned())
+            .await;
+        if let Err(e) = result {
+            tracing::error!("device plugin registration server: {e}");
+        }
+        let _ = std::fs::remove_file(&path);
+    }))
+}
