@@ -94,6 +94,9 @@ struct Inner {
     sandboxes: Mutex<HashMap<String, Arc<SandboxHandle>>>,
     containers: Mutex<HashMap<String, ContainerStatus>>,
     events: broadcast::Sender<RuntimeEvent>,
+    /// The CPUs each sandbox's process is pinned to: the union of its containers'
+    /// cpusets (the CPU manager's static policy).
+    pins: Mutex<HashMap<String, std::collections::BTreeSet<usize>>>,
 }
 
 /// A reply: what the sandbox answered, or its error.
@@ -153,6 +156,48 @@ struct SandboxFile {
 const MAX_SOCKET_PATH: usize = 107;
 
 impl WasmRuntime {
+    /// Pins the sandbox process (every thread) to the CPUs of its containers'
+    /// cpusets so far, as runc pins a container to its cpuset: a Wasm pod's
+    /// containers share one process. A list that does not parse, or a process that
+    /// cannot be pinned, is logged; the container runs unpinned.
+    fn pin(&self, sandbox: &SandboxHandle, list: &str) {
+        let Some(pid) = sandbox.pid else { return };
+        let cpus = match parse_cpu_list(list) {
+            Ok(cpus) if !cpus.is_empty() => cpus,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(sandbox = %sandbox.id, list, "cpuset: {e}");
+                return;
+            }
+        };
+        let all = {
+            let mut pins = self.inner.pins.lock().unwrap();
+            let entry = pins.entry(sandbox.id.clone()).or_default();
+            entry.extend(cpus);
+            entry.clone()
+        };
+        let mut set = nix::sched::CpuSet::new();
+        for cpu in &all {
+            if let Err(e) = set.set(*cpu) {
+                tracing::warn!(sandbox = %sandbox.id, cpu, "cpuset: {e}");
+                return;
+            }
+        }
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        for tid in tasks {
+            if let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(tid), &set) {
+                tracing::warn!(sandbox = %sandbox.id, tid, "pinning the sandbox to its CPUs: {e}");
+            }
+        }
+        tracing::debug!(sandbox = %sandbox.id, cpus = ?all, "sandbox pinned");
+    }
+
     /// Opens the image store and returns a runtime with no sandboxes.
     pub fn new(config: WasmRuntimeConfig) -> Result<Self> {
         let images = ImageStore::open(&config.image_dir).map_err(Error::internal_source)?;
@@ -170,6 +215,7 @@ impl WasmRuntime {
                 sandboxes: Mutex::default(),
                 containers: Mutex::default(),
                 events,
+                pins: Mutex::default(),
             }),
         })
     }
@@ -582,6 +628,13 @@ impl WasmRuntime {
                 return Ok(false);
             }
         };
+        // The adopted pod's network as CNI sees it (CHECK, as containerd does on
+        // restore): a failure is reported, the pod keeps running as it is.
+        if let (Some(net), Some(record)) = (&self.inner.network, &handle.network)
+            && let Err(e) = net.check(record).await
+        {
+            tracing::warn!(sandbox = %handle.id, "CNI CHECK of the adopted sandbox's network failed: {e}");
+        }
         let now = Timestamp::now();
         let mut map = self.inner.containers.lock().unwrap();
         let mut known = std::collections::HashSet::new();
@@ -1123,6 +1176,7 @@ impl Runtime for WasmRuntime {
 
     async fn remove_pod_sandbox(&self, sandbox_id: &str) -> Result<()> {
         self.stop_pod_sandbox(sandbox_id).await?;
+        self.inner.pins.lock().unwrap().remove(sandbox_id);
         let removed: Vec<ContainerStatus> = {
             let mut containers = self.inner.containers.lock().unwrap();
             let ids: Vec<String> = containers
@@ -1231,6 +1285,9 @@ impl Runtime for WasmRuntime {
         }
         self.write_container_record(&sandbox, &status);
         self.emit(&status, ContainerEventKind::Created, status.created_at);
+        if let Some(list) = &config.resources.cpuset_cpus {
+            self.pin(&sandbox, list);
+        }
         Ok(id)
     }
 
@@ -1717,8 +1774,35 @@ fn sandbox_state(s: &SandboxHandle) -> SandboxState {
     }
 }
 
+/// The kernel's CPU list format (`0-2,5`).
+fn parse_cpu_list(list: &str) -> std::result::Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let parse = |s: &str| {
+            s.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("bad CPU list {list:?}"))
+        };
+        let (a, b) = (parse(a)?, parse(b)?);
+        if a > b {
+            return Err(format!("bad CPU list {list:?}"));
+        }
+        out.extend(a..=b);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cpu_lists_parse_in_the_kernels_format() {
+        assert_eq!(super::parse_cpu_list("0-2,5").unwrap(), [0, 1, 2, 5]);
+        assert_eq!(super::parse_cpu_list("").unwrap(), Vec::<usize>::new());
+        assert!(super::parse_cpu_list("3-1").is_err());
+        assert!(super::parse_cpu_list("a").is_err());
+    }
+
     use std::error::Error as _;
     use std::path::Path;
 
