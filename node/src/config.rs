@@ -263,6 +263,9 @@ struct KubeletConfiguration {
     topology_manager_policy: Option<String>,
     topology_manager_scope: Option<String>,
     topology_manager_policy_options: Option<BTreeMap<String, String>>,
+    cpu_manager_policy: Option<String>,
+    #[serde(rename = "reservedSystemCPUs")]
+    reserved_system_cpus: Option<String>,
     wasmlet: Option<WasmletSection>,
     #[serde(flatten)]
     other: BTreeMap<String, serde_json::Value>,
@@ -317,6 +320,11 @@ pub struct DeviceSettings {
     pub sysfs_root: PathBuf,
     /// How often Wasm device adapters are asked for their devices.
     pub adapter_period: Duration,
+    /// `cpuManagerPolicy: static`.
+    pub cpu_manager_static: bool,
+    /// `reservedSystemCPUs`, when given; otherwise the CPU manager reserves
+    /// `kubeReserved` + `systemReserved` cpu, rounded up to whole CPUs.
+    pub reserved_system_cpus: Option<crate::cm::cpuset::CpuSet>,
 }
 
 /// How the node joins a cluster.

@@ -185,7 +185,7 @@ impl Node {
             api.as_ref(),
             container_manager,
         )
-        .await;
+        .await?;
         let servers = servers(&config, &managers, &runtimes, api.as_ref(), started)?;
         let sources = pod_sources(&config, &machine, &runtimes, &managers, api, started).await;
         Ok(Node {
@@ -442,7 +442,7 @@ async fn managers(
     runtimes: &Runtimes,
     api: Option<&ApiClients>,
     container_manager: Option<Arc<crate::cm::ContainerManager>>,
-) -> Managers {
+) -> anyhow::Result<Managers> {
     let (events, events_rx) = if config.cluster.is_some() {
         let (r, rx) = EventRecorder::channel();
         (r, Some(rx))
@@ -463,9 +463,12 @@ async fn managers(
         probe_tx,
     );
     let services = crate::cluster::ServiceCache::default();
-    let (devices, topology) = device_managers(config, &events);
+    let (devices, cpus, topology) = device_managers(config, &events)?;
     let mut syncer = pod_syncer(config, machine, &runtimes.router, &events, &probes)
         .with_devices(devices.clone());
+    if let Some(cpus) = cpus {
+        syncer = syncer.with_cpus(cpus);
+    }
     if let Some(api) = api {
         syncer = syncer.with_objects(Arc::new(crate::cluster::ApiObjects {
             client: api.client.clone(),
@@ -516,7 +519,7 @@ async fn managers(
         events: events.clone(),
         node_name: config.node_name.clone(),
     };
-    Managers {
+    Ok(Managers {
         container_manager,
         events,
         events_rx,
@@ -540,31 +543,39 @@ async fn managers(
         shutdown_state,
         devices,
         topology,
-    }
+    })
 }
 
-/// The device manager over `<root-dir>/device-plugins` and the topology manager with
-/// it as hint provider, on the machine's NUMA nodes as sysfs tells them. A topology
-/// manager the machine cannot have (more NUMA nodes than allowed) is reported and
-/// replaced by policy `none`, so that the node still runs.
+/// The device manager over `<root-dir>/device-plugins`, the CPU manager (static
+/// policy only) and the topology manager with both as hint providers, on the
+/// machine's topology as sysfs tells it. A topology manager the machine cannot have
+/// (more NUMA nodes than allowed) is reported and replaced by policy `none`, so that
+/// the node still runs; a CPU manager whose checkpoint is not usable is an error, as
+/// with the kubelet.
 fn device_managers(
     config: &NodeConfig,
     events: &EventRecorder,
-) -> (
+) -> anyhow::Result<(
     crate::cm::devicemanager::DeviceManager,
+    Option<crate::cm::cpumanager::CpuManager>,
     Arc<crate::cm::topologymanager::TopologyManager>,
-) {
+)> {
+    use crate::cm::cputopology::CpuTopology;
     use crate::cm::topologymanager::{NumaInfo, TopologyManager};
     let settings = &config.devices;
-    let numa = match crate::cm::cputopology::CpuTopology::read(&settings.sysfs_root) {
-        Ok(t) => NumaInfo {
+    let machine = match CpuTopology::read(&settings.sysfs_root) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!(sysfs = %settings.sysfs_root.display(), "reading the machine's topology, taking one NUMA node: {e}");
+            None
+        }
+    };
+    let numa = match &machine {
+        Some(t) => NumaInfo {
             nodes: t.numa_nodes(),
             distances: t.distances.clone(),
         },
-        Err(e) => {
-            tracing::warn!(sysfs = %settings.sysfs_root.display(), "reading the machine's topology, taking one NUMA node: {e}");
-            NumaInfo::new(vec![0])
-        }
+        None => NumaInfo::new(vec![0]),
     };
     let dir = config.root_dir.join("device-plugins");
     let devices = crate::cm::devicemanager::DeviceManager::new(
@@ -572,16 +583,27 @@ fn device_managers(
         numa.nodes.clone(),
         tokio_util::sync::CancellationToken::new(),
     )
-    .unwrap_or_else(|e| {
-        tracing::error!(dir = %dir.display(), "the device manager's directory: {e}");
-        crate::cm::devicemanager::DeviceManager::new(
-            &std::env::temp_dir(),
-            numa.nodes.clone(),
-            tokio_util::sync::CancellationToken::new(),
-        )
-        .expect("a device manager over the temporary directory")
-    })
+    .map_err(|e| anyhow::anyhow!("the device manager's directory {}: {e}", dir.display()))?
     .with_events(events.clone(), config.node_name.clone());
+    let cpus = if settings.cpu_manager_static {
+        let topology = machine.clone().ok_or_else(|| {
+            anyhow::anyhow!(
+                "the CPU manager's static policy needs the machine's CPU topology from {}",
+                settings.sysfs_root.display()
+            )
+        })?;
+        let reserved = match &settings.reserved_system_cpus {
+            Some(set) => set.clone(),
+            None => reserved_cpus(config, &topology),
+        };
+        let m =
+            crate::cm::cpumanager::CpuManager::new(&config.root_dir, topology, reserved.clone())
+                .map_err(|e| anyhow::anyhow!("CPU manager: {e}"))?;
+        tracing::info!(reserved = %reserved, shared = %m.state().default, "CPU manager: static policy");
+        Some(m)
+    } else {
+        None
+    };
     let mut topology = match TopologyManager::new(settings.topology.clone(), numa.clone()) {
         Ok(t) => t,
         Err(e) => {
@@ -590,8 +612,36 @@ fn device_managers(
         }
     };
     tracing::info!(policy = settings.topology.policy.name(), scope = ?settings.topology.scope, "topology manager");
+    if let Some(cpus) = &cpus {
+        topology.add_provider(Arc::new(cpus.clone()));
+    }
     topology.add_provider(Arc::new(devices.clone()));
-    (devices, Arc::new(topology))
+    Ok((devices, cpus, Arc::new(topology)))
+}
+
+/// The CPUs the static policy keeps for the system without `reservedSystemCPUs`:
+/// `kubeReserved` + `systemReserved` cpu rounded up to whole CPUs, the lowest ones,
+/// whole cores first (the kubelet's `takeByTopology` on an idle machine).
+fn reserved_cpus(
+    config: &NodeConfig,
+    topology: &crate::cm::cputopology::CpuTopology,
+) -> crate::cm::cpuset::CpuSet {
+    let millis: f64 = [
+        &config.reservations.kube_reserved,
+        &config.reservations.system_reserved,
+    ]
+    .into_iter()
+    .filter_map(|m| m.get("cpu"))
+    .filter_map(|q| crate::quantity::parse(q).ok())
+    .sum();
+    let n = millis.ceil() as usize;
+    let mut cpus: Vec<(u32, u32)> = topology
+        .cpus
+        .iter()
+        .map(|(cpu, i)| (i.core, *cpu))
+        .collect();
+    cpus.sort();
+    cpus.into_iter().take(n).map(|(_, cpu)| cpu).collect()
 }
 
 /// Node allocatable memory as the eviction manager reads `allocatableMemory.available`

@@ -84,6 +84,8 @@ pub struct PodSyncer {
     pub(crate) node_keyring: Option<Arc<crate::images::providers::NodeKeyring>>,
     /// The device plugins' allocations, given to containers at start.
     pub(crate) devices: Option<crate::cm::devicemanager::DeviceManager>,
+    /// The CPU manager's static policy: each container's cpuset.
+    pub(crate) cpus: Option<crate::cm::cpumanager::CpuManager>,
 }
 
 /// Removes a container instance the pod no longer keeps; one already gone is fine,
@@ -157,12 +159,19 @@ impl PodSyncer {
             pull_limits: crate::images::puller::PullLimits::new(Default::default()),
             node_keyring: None,
             devices: None,
+            cpus: None,
         }
     }
 
     /// Gives containers the devices the device manager allocated to them.
     pub fn with_devices(mut self, devices: crate::cm::devicemanager::DeviceManager) -> Self {
         self.devices = Some(devices);
+        self
+    }
+
+    /// Gives containers the cpusets of the CPU manager's static policy.
+    pub fn with_cpus(mut self, cpus: crate::cm::cpumanager::CpuManager) -> Self {
+        self.cpus = Some(cpus);
         self
     }
 

@@ -301,7 +301,7 @@ impl SyncLoop {
         let allocated = match (under_pressure, &self.resources) {
             (Err(rejection), _) => Err(rejection),
             (Ok(()), None) => Ok(()),
-            (Ok(()), Some((topology, devices))) => {
+            (Ok(()), Some((topology, _))) => {
                 // As the kubelet's UpdateAllocatedDevices: once every source has
                 // sent its pods, devices of pods that are gone or finished are free.
                 if self
@@ -322,7 +322,7 @@ impl SyncLoop {
                         .filter(|u| !finished_uids.contains(u))
                         .map(str::to_owned)
                         .collect();
-                    devices.retain_pods(&active);
+                    topology.retain_pods(&active);
                 }
                 topology.admit(pod).await
             }

@@ -22,6 +22,7 @@
 //! cgroup waits for its killed processes, so async callers use `spawn_blocking`.
 
 pub mod cgroup;
+pub mod cpumanager;
 pub mod cpuset;
 pub mod cputopology;
 pub mod devicemanager;

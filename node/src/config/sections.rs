@@ -859,7 +859,24 @@ pub(super) fn devices(
             PolicyOptions::default()
         }),
     };
+    let cpu_manager_static = match file.cpu_manager_policy.as_deref() {
+        None | Some("none") => false,
+        Some("static") => true,
+        Some(other) => {
+            errors.push(format!(
+                "cpuManagerPolicy: unknown policy {other:?} (none, static)"
+            ));
+            false
+        }
+    };
+    let reserved_system_cpus = file.reserved_system_cpus.as_deref().and_then(|s| {
+        s.parse::<crate::cm::cpuset::CpuSet>()
+            .map_err(|e| errors.push(format!("reservedSystemCPUs: {e}")))
+            .ok()
+    });
     super::DeviceSettings {
+        cpu_manager_static,
+        reserved_system_cpus,
         topology: Config {
             policy,
             scope,

@@ -53,6 +53,10 @@ impl PodSyncer {
             cpu_period,
             memory_limit_bytes,
             oom_score_adj: self.oom_score_adj(pod, c),
+            cpuset_cpus: self
+                .cpus
+                .as_ref()
+                .map(|m| m.cpuset(crate::pod::uid(pod), &c.name).to_string()),
         })
     }
 

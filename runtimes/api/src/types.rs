@@ -187,6 +187,10 @@ pub struct ContainerResources {
     pub cpu_period: Option<u64>,
     pub memory_limit_bytes: Option<u64>,
     pub oom_score_adj: Option<i64>,
+    /// The CPUs the container may run on (`0-1,3`), from the CPU manager's static
+    /// policy; `None` leaves it to the runtime.
+    #[serde(default)]
+    pub cpuset_cpus: Option<String>,
 }
 
 /// Who a container is: its name in the pod and its attempt (restart count).

@@ -88,6 +88,7 @@ pub(crate) fn linux_resources(r: &ContainerResources) -> cri::LinuxContainerReso
         cpu_shares: r.cpu_shares.map_or(0, saturating_i64),
         memory_limit_in_bytes: r.memory_limit_bytes.map_or(0, saturating_i64),
         oom_score_adj: r.oom_score_adj.unwrap_or(0),
+        cpuset_cpus: r.cpuset_cpus.clone().unwrap_or_default(),
         ..Default::default()
     }
 }
@@ -567,8 +568,10 @@ mod tests {
             cpu_period: Some(100_000),
             memory_limit_bytes: Some(128 << 20),
             oom_score_adj: Some(-997),
+            cpuset_cpus: Some("1-2".into()),
         };
         let got = linux_resources(&r);
+        assert_eq!(got.cpuset_cpus, "1-2");
         assert_eq!(got.cpu_shares, 512);
         assert_eq!(got.cpu_quota, 50_000);
         assert_eq!(got.cpu_period, 100_000);
@@ -885,6 +888,7 @@ mod tests {
                 cpu_period: Some(100_000),
                 memory_limit_bytes: Some(64 << 20),
                 oom_score_adj: Some(1000),
+                cpuset_cpus: None,
             },
             devices: vec![
                 Device {

@@ -13,6 +13,7 @@ pub mod apiserver;
 pub mod cni;
 pub mod containerd;
 pub mod dbus;
+pub mod deviceplugin;
 pub mod fake_runtime;
 pub mod health;
 pub mod images;

@@ -11,6 +11,7 @@
 //! | `host-device` | none | a host device node given to the container as `/dev/<id>` for each device; `{id}` and `{index}` are replaced |
 //! | `mount-host-path` | none | a host directory mounted read-only at `mount-container-path` |
 //! | `mount-container-path` | `/var/run/widget` | where that directory appears |
+//! | `fail-after-ms` | none | from this wall-clock time (ms since the epoch) on, `discover` traps: a broken device driver, for testing the node's failure path |
 //!
 //! An allocation sets `WIDGET_IDS=<id>,<id>` and the annotation
 //! `example.com/widget-ids`; asking for an unknown or unhealthy id fails it.
@@ -163,6 +164,12 @@ impl DeviceAdapter for WidgetDevice {
     }
 
     fn discover() -> Vec<Device> {
+        let fail_after = host::settings()
+            .get("fail-after-ms")
+            .and_then(|v| v.parse::<u64>().ok());
+        if fail_after.is_some_and(|t| host::now_ms() >= t) {
+            panic!("widget-device: the devices stopped answering (fail-after-ms)");
+        }
         match Widgets::load() {
             Ok(widgets) => widgets.devices(),
             Err(e) => {

@@ -965,6 +965,10 @@ impl HintProvider for DeviceManager {
     fn remove_pod(&self, pod_uid: &str) {
         self.remove_pod_devices(pod_uid);
     }
+
+    fn retain_pods(&self, active: &HashSet<String>) {
+        DeviceManager::retain_pods(self, active);
+    }
 }
 
 /// Devices from a `ListAndWatch` answer.

@@ -67,6 +67,8 @@ pub trait HintProvider: Send + Sync {
     ) -> Result<(), String>;
     /// Forgets the pod's allocations (a rejected or removed pod).
     fn remove_pod(&self, pod_uid: &str);
+    /// Frees what pods not in `active` (UIDs) hold.
+    fn retain_pods(&self, active: &std::collections::HashSet<String>);
 }
 
 /// The topology manager's settings.
@@ -194,6 +196,18 @@ impl TopologyManager {
             }
         }
         Ok(())
+    }
+
+    /// Frees what pods not in `active` hold, in every provider (the kubelet's
+    /// `UpdateAllocatedDevices` and the CPU manager's `removeStaleState`).
+    pub fn retain_pods(&self, active: &std::collections::HashSet<String>) {
+        self.hints
+            .lock()
+            .unwrap()
+            .retain(|(uid, _), _| active.contains(uid));
+        for p in &self.providers {
+            p.retain_pods(active);
+        }
     }
 
     /// Forgets a pod: its hints and every provider's allocations.

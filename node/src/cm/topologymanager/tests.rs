@@ -428,6 +428,7 @@ impl HintProvider for Fake {
     fn remove_pod(&self, _uid: &str) {
         self.allocated.lock().unwrap().clear();
     }
+    fn retain_pods(&self, _active: &std::collections::HashSet<String>) {}
 }
 
 fn pod(containers: &[&str]) -> Pod {

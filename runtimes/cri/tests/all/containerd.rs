@@ -268,6 +268,7 @@ async fn sleeper(runtime: &CriRuntime, sandbox: &str, pod: &PodSandboxConfig) ->
             cpu_period: Some(100_000),
             memory_limit_bytes: Some(64 << 20),
             oom_score_adj: Some(1000),
+            cpuset_cpus: None,
         },
         ..Default::default()
     };

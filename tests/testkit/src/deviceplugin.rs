@@ -1,0 +1,277 @@
+//! A real device plugin (v1beta1) for the node's device manager: it serves
+//! `DevicePlugin` on a unix socket in the node's `device-plugins` directory,
+//! registers on `kubelet.sock`, streams its devices with `ListAndWatch`, and
+//! registers again whenever `kubelet.sock` is replaced (a restarted node), as
+//! real plugins do.
+//!
+//! `Allocate` gives each container `WIDGETS=<id>,<id>`, a device node
+//! `/dev/<id>` per device (the host's `/dev/null`), and the annotation
+//! `example.com/widget-ids`.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::Stream;
+use hyper_util::rt::TokioIo;
+use tokio::sync::watch;
+use tonic::transport::{Endpoint, Uri};
+use tonic::{Request, Response, Status};
+use wasmlet_proto::deviceplugin::v1beta1 as api;
+use wasmlet_proto::deviceplugin::v1beta1::device_plugin_server::{
+    DevicePlugin as Service, DevicePluginServer,
+};
+use wasmlet_proto::deviceplugin::v1beta1::registration_client::RegistrationClient;
+
+/// One device the plugin offers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestDevice {
+    pub id: String,
+    pub healthy: bool,
+    /// Its NUMA node, if it has one.
+    pub numa: Option<i64>,
+}
+
+impl TestDevice {
+    pub fn new(id: &str, numa: Option<i64>) -> Self {
+        TestDevice {
+            id: id.to_owned(),
+            healthy: true,
+            numa,
+        }
+    }
+}
+
+struct Shared {
+    devices: watch::Sender<Vec<TestDevice>>,
+    /// Every `Allocate`, in order: the device ids asked for.
+    allocations: Mutex<Vec<Vec<String>>>,
+    /// How many times the plugin registered.
+    registrations: Mutex<u32>,
+}
+
+#[derive(Clone)]
+struct Plugin(Arc<Shared>);
+
+fn to_api(devices: &[TestDevice]) -> api::ListAndWatchResponse {
+    api::ListAndWatchResponse {
+        devices: devices
+            .iter()
+            .map(|d| api::Device {
+                id: d.id.clone(),
+                health: if d.healthy { "Healthy" } else { "Unhealthy" }.into(),
+                topology: d.numa.map(|n| api::TopologyInfo {
+                    nodes: vec![api::NumaNode { id: n }],
+                }),
+            })
+            .collect(),
+    }
+}
+
+type DeviceStream = Pin<Box<dyn Stream<Item = Result<api::ListAndWatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Service for Plugin {
+    type ListAndWatchStream = DeviceStream;
+
+    async fn get_device_plugin_options(
+        &self,
+        _request: Request<api::Empty>,
+    ) -> Result<Response<api::DevicePluginOptions>, Status> {
+        Ok(Response::new(api::DevicePluginOptions::default()))
+    }
+
+    async fn list_and_watch(
+        &self,
+        _request: Request<api::Empty>,
+    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
+        let rx = self.0.devices.subscribe();
+        let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+            if !first && rx.changed().await.is_err() {
+                return None;
+            }
+            let answer = to_api(&rx.borrow_and_update());
+            Some((Ok(answer), (rx, false)))
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        _request: Request<api::PreferredAllocationRequest>,
+    ) -> Result<Response<api::PreferredAllocationResponse>, Status> {
+        Err(Status::unimplemented("no preferred allocation"))
+    }
+
+    async fn allocate(
+        &self,
+        request: Request<api::AllocateRequest>,
+    ) -> Result<Response<api::AllocateResponse>, Status> {
+        let mut responses = Vec::new();
+        for c in request.into_inner().container_requests {
+            let ids = c.devices_ids;
+            self.0.allocations.lock().unwrap().push(ids.clone());
+            responses.push(api::ContainerAllocateResponse {
+                envs: BTreeMap::from([("WIDGETS".to_string(), ids.join(","))])
+                    .into_iter()
+                    .collect(),
+                devices: ids
+                    .iter()
+                    .map(|id| api::DeviceSpec {
+                        container_path: format!("/dev/{id}"),
+                        host_path: "/dev/null".into(),
+                        permissions: "rw".into(),
+                    })
+                    .collect(),
+                annotations: [("example.com/widget-ids".to_string(), ids.join(","))]
+                    .into_iter()
+                    .collect(),
+                ..Default::default()
+            });
+        }
+        Ok(Response::new(api::AllocateResponse {
+            container_responses: responses,
+        }))
+    }
+
+    async fn pre_start_container(
+        &self,
+        _request: Request<api::PreStartContainerRequest>,
+    ) -> Result<Response<api::PreStartContainerResponse>, Status> {
+        Ok(Response::new(api::PreStartContainerResponse {}))
+    }
+}
+
+/// The running plugin; it stops (and removes its socket) when dropped.
+pub struct TestDevicePlugin {
+    shared: Arc<Shared>,
+    socket: PathBuf,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+async fn register(
+    kubelet_socket: PathBuf,
+    endpoint: String,
+    resource: String,
+) -> anyhow::Result<()> {
+    let channel = Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = kubelet_socket.clone();
+            async move {
+                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+            }
+        }))
+        .await?;
+    RegistrationClient::new(channel)
+        .register(api::RegisterRequest {
+            version: "v1beta1".into(),
+            endpoint,
+            resource_name: resource,
+            options: Some(api::DevicePluginOptions::default()),
+        })
+        .await?;
+    Ok(())
+}
+
+fn inode(path: &Path) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+impl TestDevicePlugin {
+    /// Serves `resource` with `devices` on `<dir>/<name>.sock` and registers with
+    /// the node's `<dir>/kubelet.sock` whenever it appears or is replaced.
+    pub fn start(
+        dir: &Path,
+        name: &str,
+        resource: &str,
+        devices: Vec<TestDevice>,
+    ) -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        std::fs::create_dir_all(dir)?;
+        let socket = dir.join(format!("{name}.sock"));
+        let _ = std::fs::remove_file(&socket);
+        let listener = std::os::unix::net::UnixListener::bind(&socket)?;
+        listener.set_nonblocking(true)?;
+        let (tx, _) = watch::channel(devices);
+        let shared = Arc::new(Shared {
+            devices: tx,
+            allocations: Mutex::new(Vec::new()),
+            registrations: Mutex::new(0),
+        });
+        let plugin = Plugin(shared.clone());
+        runtime.spawn(async move {
+            let Ok(listener) = tokio::net::UnixListener::from_std(listener) else {
+                return;
+            };
+            let incoming = futures::stream::unfold(listener, |l| async move {
+                let conn = l.accept().await.map(|(s, _)| s);
+                Some((conn, l))
+            });
+            let _ = tonic::transport::Server::builder()
+                .add_service(DevicePluginServer::new(plugin))
+                .serve_with_incoming(incoming)
+                .await;
+        });
+        // Registers with every new kubelet.sock (a real plugin watches it with
+        // inotify; polling it is the same signal).
+        let kubelet = dir.join("kubelet.sock");
+        let endpoint = format!("{name}.sock");
+        let resource = resource.to_owned();
+        let counter = shared.clone();
+        runtime.spawn(async move {
+            let mut registered: Option<u64> = None;
+            loop {
+                let now = inode(&kubelet);
+                if now.is_some() && now != registered {
+                    match register(kubelet.clone(), endpoint.clone(), resource.clone()).await {
+                        Ok(()) => {
+                            registered = now;
+                            *counter.registrations.lock().unwrap() += 1;
+                        }
+                        Err(e) => eprintln!("test device plugin: registering: {e:#}"),
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        Ok(TestDevicePlugin {
+            shared,
+            socket,
+            runtime: Some(runtime),
+        })
+    }
+
+    /// Changes a device's health; the change is streamed to the node.
+    pub fn set_healthy(&self, id: &str, healthy: bool) {
+        self.shared.devices.send_modify(|devices| {
+            for d in devices.iter_mut().filter(|d| d.id == id) {
+                d.healthy = healthy;
+            }
+        });
+    }
+
+    /// The device ids of every `Allocate` so far.
+    pub fn allocations(&self) -> Vec<Vec<String>> {
+        self.shared.allocations.lock().unwrap().clone()
+    }
+
+    /// How many times the plugin has registered.
+    pub fn registrations(&self) -> u32 {
+        *self.shared.registrations.lock().unwrap()
+    }
+}
+
+impl Drop for TestDevicePlugin {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
