@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod node;
 pub mod pleg;
 pub mod plugins;
+pub mod pluginwatcher;
 pub mod pod;
 pub mod pod_state;
 pub mod podconfig;

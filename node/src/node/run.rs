@@ -64,6 +64,20 @@ impl Node {
                 cancel.clone(),
             ),
         );
+        match crate::pluginwatcher::PluginWatcher::new(&config.root_dir) {
+            Ok(watcher) => {
+                let devices = crate::cm::devicemanager::registration::WatcherHandler(
+                    managers.devices.clone(),
+                );
+                tasks.spawn(
+                    "plugin registry",
+                    watcher
+                        .handle("DevicePlugin", Arc::new(devices))
+                        .run(cancel.clone()),
+                );
+            }
+            Err(e) => tracing::error!("plugins cannot register through plugins_registry: {e}"),
+        }
         if let Some(shutdown) = managers.shutdown.take() {
             tasks.spawn("node shutdown manager", shutdown.run(cancel.clone()));
         }

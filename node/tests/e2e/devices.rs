@@ -444,3 +444,33 @@ fn the_static_cpu_manager_gives_a_guaranteed_pod_a_cpu_of_its_own_and_keeps_it_a
     );
     assert_eq!(std::fs::read_to_string(&state_file).unwrap(), state);
 }
+
+#[test]
+fn a_device_plugin_registers_through_the_plugin_watcher_and_is_told_why_not() {
+    let c = cluster();
+    let node = start_with(node_options(&c, &[]));
+    let registry = node.dir().join("root").join("plugins_registry");
+    let gadgets = vec![TestDevice::new("g0", None), TestDevice::new("g1", None)];
+    let plugin = TestDevicePlugin::start_in_registry(
+        &registry,
+        "gadget",
+        "example.com/gadget",
+        gadgets.clone(),
+    )
+    .expect("the plugin starts");
+    wait_amounts(&c, "example.com/gadget", ("2", "2"));
+    assert_eq!(plugin.statuses(), [(true, String::new())]);
+
+    // A plugin whose name is not an extended resource name is refused, and told why.
+    let bad = TestDevicePlugin::start_in_registry(&registry, "bad", "gadget", gadgets)
+        .expect("the plugin starts");
+    let (registered, error) = wait("the node's answer", LONG, || {
+        bad.statuses().first().cloned()
+    });
+    assert!(!registered);
+    assert_eq!(error, "the ResourceName \"gadget\" is invalid");
+
+    // Its socket gone, the plugin's devices are unhealthy.
+    drop(plugin);
+    wait_amounts(&c, "example.com/gadget", ("2", "0"));
+}

@@ -25,6 +25,10 @@ use wasmlet_proto::deviceplugin::v1beta1::device_plugin_server::{
     DevicePlugin as Service, DevicePluginServer,
 };
 use wasmlet_proto::deviceplugin::v1beta1::registration_client::RegistrationClient;
+use wasmlet_proto::pluginregistration::v1 as watcher;
+use wasmlet_proto::pluginregistration::v1::registration_server::{
+    Registration as WatcherService, RegistrationServer as WatcherServer,
+};
 
 /// One device the plugin offers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +55,46 @@ struct Shared {
     allocations: Mutex<Vec<Vec<String>>>,
     /// How many times the plugin registered.
     registrations: Mutex<u32>,
+    /// The node's answers to the plugin watcher path (`NotifyRegistrationStatus`).
+    statuses: Mutex<Vec<(bool, String)>>,
+}
+
+/// The plugin watcher side: `GetInfo` says what the plugin is.
+#[derive(Clone)]
+struct Info {
+    resource: String,
+    shared: Arc<Shared>,
+}
+
+#[tonic::async_trait]
+impl WatcherService for Info {
+    async fn get_info(
+        &self,
+        _request: Request<watcher::InfoRequest>,
+    ) -> Result<Response<watcher::PluginInfo>, Status> {
+        Ok(Response::new(watcher::PluginInfo {
+            r#type: "DevicePlugin".into(),
+            name: self.resource.clone(),
+            endpoint: String::new(),
+            supported_versions: vec!["v1beta1".into()],
+        }))
+    }
+
+    async fn notify_registration_status(
+        &self,
+        request: Request<watcher::RegistrationStatus>,
+    ) -> Result<Response<watcher::RegistrationStatusResponse>, Status> {
+        let s = request.into_inner();
+        self.shared
+            .statuses
+            .lock()
+            .unwrap()
+            .push((s.plugin_registered, s.error));
+        if s.plugin_registered {
+            *self.shared.registrations.lock().unwrap() += 1;
+        }
+        Ok(Response::new(watcher::RegistrationStatusResponse {}))
+    }
 }
 
 #[derive(Clone)]
@@ -189,42 +233,14 @@ impl TestDevicePlugin {
         resource: &str,
         devices: Vec<TestDevice>,
     ) -> anyhow::Result<Self> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()?;
-        std::fs::create_dir_all(dir)?;
-        let socket = dir.join(format!("{name}.sock"));
-        let _ = std::fs::remove_file(&socket);
-        let listener = std::os::unix::net::UnixListener::bind(&socket)?;
-        listener.set_nonblocking(true)?;
-        let (tx, _) = watch::channel(devices);
-        let shared = Arc::new(Shared {
-            devices: tx,
-            allocations: Mutex::new(Vec::new()),
-            registrations: Mutex::new(0),
-        });
-        let plugin = Plugin(shared.clone());
-        runtime.spawn(async move {
-            let Ok(listener) = tokio::net::UnixListener::from_std(listener) else {
-                return;
-            };
-            let incoming = futures::stream::unfold(listener, |l| async move {
-                let conn = l.accept().await.map(|(s, _)| s);
-                Some((conn, l))
-            });
-            let _ = tonic::transport::Server::builder()
-                .add_service(DevicePluginServer::new(plugin))
-                .serve_with_incoming(incoming)
-                .await;
-        });
+        let mut plugin = Self::serve(dir, name, resource, devices, false)?;
         // Registers with every new kubelet.sock (a real plugin watches it with
         // inotify; polling it is the same signal).
         let kubelet = dir.join("kubelet.sock");
         let endpoint = format!("{name}.sock");
         let resource = resource.to_owned();
-        let counter = shared.clone();
-        runtime.spawn(async move {
+        let counter = plugin.shared.clone();
+        plugin.runtime.as_mut().unwrap().spawn(async move {
             let mut registered: Option<u64> = None;
             loop {
                 let now = inode(&kubelet);
@@ -240,11 +256,75 @@ impl TestDevicePlugin {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         });
+        Ok(plugin)
+    }
+
+    /// Serves `resource` with `devices` on `<registry>/<name>.sock`, where the node's
+    /// plugin watcher finds it: the socket answers plugin registration (`GetInfo`,
+    /// type `DevicePlugin`) and the device plugin API.
+    pub fn start_in_registry(
+        registry: &Path,
+        name: &str,
+        resource: &str,
+        devices: Vec<TestDevice>,
+    ) -> anyhow::Result<Self> {
+        Self::serve(registry, name, resource, devices, true)
+    }
+
+    fn serve(
+        dir: &Path,
+        name: &str,
+        resource: &str,
+        devices: Vec<TestDevice>,
+        watched: bool,
+    ) -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        std::fs::create_dir_all(dir)?;
+        let socket = dir.join(format!("{name}.sock"));
+        let _ = std::fs::remove_file(&socket);
+        let listener = std::os::unix::net::UnixListener::bind(&socket)?;
+        listener.set_nonblocking(true)?;
+        let (tx, _) = watch::channel(devices);
+        let shared = Arc::new(Shared {
+            devices: tx,
+            allocations: Mutex::new(Vec::new()),
+            registrations: Mutex::new(0),
+            statuses: Mutex::new(Vec::new()),
+        });
+        let plugin = Plugin(shared.clone());
+        let info = watched.then(|| {
+            WatcherServer::new(Info {
+                resource: resource.to_owned(),
+                shared: shared.clone(),
+            })
+        });
+        runtime.spawn(async move {
+            let Ok(listener) = tokio::net::UnixListener::from_std(listener) else {
+                return;
+            };
+            let incoming = futures::stream::unfold(listener, |l| async move {
+                let conn = l.accept().await.map(|(s, _)| s);
+                Some((conn, l))
+            });
+            let _ = tonic::transport::Server::builder()
+                .add_service(DevicePluginServer::new(plugin))
+                .add_optional_service(info)
+                .serve_with_incoming(incoming)
+                .await;
+        });
         Ok(TestDevicePlugin {
             shared,
             socket,
             runtime: Some(runtime),
         })
+    }
+
+    /// The node's `NotifyRegistrationStatus` answers (registered, error), in order.
+    pub fn statuses(&self) -> Vec<(bool, String)> {
+        self.shared.statuses.lock().unwrap().clone()
     }
 
     /// Changes a device's health; the change is streamed to the node.

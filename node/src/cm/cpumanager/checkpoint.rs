@@ -63,10 +63,8 @@ fn checksum(f: &File) -> u64 {
 
 /// The policy and state of the checkpoint at `path`; `None` when there is none.
 pub fn read(path: &Path) -> Result<Option<(String, State)>, String> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+    let Some(bytes) = crate::private_file::read_if_present(path)? else {
+        return Ok(None);
     };
     let file: File =
         serde_json::from_slice(&bytes).map_err(|e| format!("parsing {}: {e}", path.display()))?;

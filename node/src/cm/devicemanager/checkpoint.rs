@@ -227,10 +227,8 @@ fn render(data: &Data) -> String {
 /// Reads the checkpoint; `None` when there is none. A checksum that does not match
 /// is an error, as with the kubelet.
 pub fn read(path: &Path) -> Result<Option<Checkpoint>, String> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+    let Some(bytes) = crate::private_file::read_if_present(path)? else {
+        return Ok(None);
     };
     let file: File =
         serde_json::from_slice(&bytes).map_err(|e| format!("parsing {}: {e}", path.display()))?;

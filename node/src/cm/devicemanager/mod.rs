@@ -484,6 +484,15 @@ impl DeviceManager {
         self.notify();
     }
 
+    /// The plugin of `resource` is gone (its registry socket was removed): as a
+    /// stream that ended.
+    pub fn deregister(&self, resource: &str) {
+        let generation = self.lock().resources.get(resource).map(|r| r.generation);
+        if let Some(generation) = generation {
+            self.disconnected(resource, generation, "its plugin socket was removed");
+        }
+    }
+
     /// Records a warning about the node (a failing adapter).
     pub fn node_warning(&self, reason: &'static str, message: &str) {
         if let Some((events, node)) = &self.inner.events {

@@ -139,3 +139,56 @@ pub async fn serve(manager: DeviceManager) -> anyhow::Result<tokio::task::JoinHa
         let _ = std::fs::remove_file(&path);
     }))
 }
+
+/// Device plugins that register through the plugin watcher (`plugins_registry`,
+/// type `DevicePlugin`): the plugin's name is its resource, its socket serves
+/// `DevicePlugin`, and its options come from `GetDevicePluginOptions`.
+pub struct WatcherHandler(pub DeviceManager);
+
+#[async_trait::async_trait]
+impl crate::pluginwatcher::PluginHandler for WatcherHandler {
+    fn validate(
+        &self,
+        name: &str,
+        _endpoint: &std::path::Path,
+        versions: &[String],
+    ) -> Result<(), String> {
+        if !versions
+            .iter()
+            .any(|v| SUPPORTED_VERSIONS.contains(&v.as_str()))
+        {
+            return Err(format!(
+                "none of the plugin's versions {versions:?} is supported by kubelet. Supported versions are {SUPPORTED_VERSIONS:?}"
+            ));
+        }
+        if !valid_resource_name(name) {
+            return Err(format!("the ResourceName {name:?} is invalid"));
+        }
+        Ok(())
+    }
+
+    async fn register(
+        &self,
+        name: &str,
+        endpoint: &std::path::Path,
+        _versions: &[String],
+    ) -> Result<(), String> {
+        let mut plugin =
+            GrpcEndpoint::new(endpoint.to_owned(), api::DevicePluginOptions::default());
+        let mut request = Request::new(api::Empty {});
+        request.set_timeout(super::endpoint::CALL_TIMEOUT);
+        plugin.options = plugin
+            .client
+            .clone()
+            .get_device_plugin_options(request)
+            .await
+            .map_err(|s| format!("GetDevicePluginOptions: {}: {}", s.code(), s.message()))?
+            .into_inner();
+        tokio::spawn(run_endpoint(self.0.clone(), name.to_owned(), plugin));
+        Ok(())
+    }
+
+    fn deregister(&self, name: &str) {
+        self.0.deregister(name);
+    }
+}

@@ -1,0 +1,208 @@
+//! The plugin watcher (the kubelet's `pluginmanager`): plugins put a socket in
+//! `<root-dir>/plugins_registry/`; the node asks it `GetInfo` (plugin registration
+//! v1), hands it to the handler of its type (`DevicePlugin`; `CSIPlugin` later),
+//! and tells the plugin with `NotifyRegistrationStatus` whether it was taken. A
+//! socket that goes away deregisters its plugin.
+//!
+//! The directory is read every second, the kubelet's reconciler period; a socket is
+//! registered once while it stays the same file (a plugin that restarts makes a new
+//! socket, which is registered again).
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Endpoint, Uri};
+use wasmlet_proto::pluginregistration::v1 as api;
+use wasmlet_proto::pluginregistration::v1::registration_client::RegistrationClient;
+
+/// The kubelet's `plugins_registry` directory name, under the root directory.
+pub const REGISTRY_DIR: &str = "plugins_registry";
+/// How often the directory is read.
+pub const PERIOD: Duration = Duration::from_secs(1);
+/// How long a plugin has to answer `GetInfo`.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What takes plugins of one type.
+#[async_trait::async_trait]
+pub trait PluginHandler: Send + Sync {
+    /// Whether the plugin can be taken: its name and versions.
+    fn validate(&self, name: &str, endpoint: &Path, versions: &[String]) -> Result<(), String>;
+    /// Takes the plugin.
+    async fn register(
+        &self,
+        name: &str,
+        endpoint: &Path,
+        versions: &[String],
+    ) -> Result<(), String>;
+    /// The plugin's socket went away.
+    fn deregister(&self, name: &str);
+}
+
+/// A registered plugin: its socket file (by inode, so a new socket at the same path
+/// is a new plugin), type and name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Registered {
+    inode: u64,
+    kind: String,
+    name: String,
+}
+
+/// Watches the registry directory and registers what appears there.
+pub struct PluginWatcher {
+    dir: PathBuf,
+    handlers: BTreeMap<String, Arc<dyn PluginHandler>>,
+}
+
+async fn client(socket: &Path) -> Result<RegistrationClient<tonic::transport::Channel>, String> {
+    let path = socket.to_owned();
+    let channel = Endpoint::from_static("http://localhost")
+        .connect_timeout(CALL_TIMEOUT)
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        }))
+        .await
+        .map_err(|e| format!("connecting to {}: {e}", socket.display()))?;
+    Ok(RegistrationClient::new(channel))
+}
+
+/// The sockets in `dir` and one level of subdirectories (as the kubelet walks it),
+/// hidden files left out, with their inodes.
+fn sockets(dir: &Path) -> BTreeMap<PathBuf, u64> {
+    let mut out = BTreeMap::new();
+    let mut dirs = vec![(dir.to_owned(), 0)];
+    while let Some((d, depth)) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.file_type().is_socket() {
+                out.insert(e.path(), meta.ino());
+            } else if meta.is_dir() && depth == 0 {
+                dirs.push((e.path(), depth + 1));
+            }
+        }
+    }
+    out
+}
+
+impl PluginWatcher {
+    /// A watcher of `<root>/plugins_registry`, which it makes.
+    pub fn new(root: &Path) -> std::io::Result<Self> {
+        let dir = root.join(REGISTRY_DIR);
+        std::fs::create_dir_all(&dir)?;
+        Ok(PluginWatcher {
+            dir,
+            handlers: BTreeMap::new(),
+        })
+    }
+
+    /// Plugins of type `kind` (`DevicePlugin`, `CSIPlugin`) go to `handler`.
+    pub fn handle(mut self, kind: &str, handler: Arc<dyn PluginHandler>) -> Self {
+        self.handlers.insert(kind.to_owned(), handler);
+        self
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Registers and deregisters plugins until `cancel`.
+    pub async fn run(self, cancel: CancellationToken) {
+        tracing::info!(dir = %self.dir.display(), "watching for plugins");
+        let mut registered: BTreeMap<PathBuf, Registered> = BTreeMap::new();
+        // Sockets that failed, by inode: tried again only when the socket changes.
+        let mut failed: BTreeMap<PathBuf, u64> = BTreeMap::new();
+        loop {
+            let now = sockets(&self.dir);
+            let gone: Vec<PathBuf> = registered
+                .iter()
+                .filter(|(path, r)| now.get(*path) != Some(&r.inode))
+                .map(|(path, _)| path.clone())
+                .collect();
+            for path in gone {
+                if let Some(r) = registered.remove(&path) {
+                    tracing::info!(socket = %path.display(), kind = %r.kind, name = %r.name, "plugin socket gone; deregistering");
+                    if let Some(h) = self.handlers.get(&r.kind) {
+                        h.deregister(&r.name);
+                    }
+                }
+            }
+            failed.retain(|path, inode| now.get(path) == Some(inode));
+            for (path, inode) in &now {
+                if registered.contains_key(path) || failed.contains_key(path) {
+                    continue;
+                }
+                match self.register(path).await {
+                    Ok((kind, name)) => {
+                        registered.insert(
+                            path.clone(),
+                            Registered {
+                                inode: *inode,
+                                kind,
+                                name,
+                            },
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(socket = %path.display(), "plugin registration failed: {e}");
+                        failed.insert(path.clone(), *inode);
+                    }
+                }
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(PERIOD) => {}
+            }
+        }
+    }
+
+    /// `GetInfo`, the handler's validation and registration, then
+    /// `NotifyRegistrationStatus` with the outcome.
+    async fn register(&self, socket: &Path) -> Result<(String, String), String> {
+        let mut c = client(socket).await?;
+        let mut request = tonic::Request::new(api::InfoRequest {});
+        request.set_timeout(CALL_TIMEOUT);
+        let info = c
+            .get_info(request)
+            .await
+            .map_err(|s| format!("GetInfo: {}: {}", s.code(), s.message()))?
+            .into_inner();
+        let endpoint = if info.endpoint.is_empty() {
+            socket.to_owned()
+        } else {
+            PathBuf::from(&info.endpoint)
+        };
+        let outcome = match self.handlers.get(&info.r#type) {
+            None => Err(format!("no handler for plugin type {:?}", info.r#type)),
+            Some(h) => match h.validate(&info.name, &endpoint, &info.supported_versions) {
+                Err(e) => Err(e),
+                Ok(()) => {
+                    h.register(&info.name, &endpoint, &info.supported_versions)
+                        .await
+                }
+            },
+        };
+        let status = api::RegistrationStatus {
+            plugin_registered: outcome.is_ok(),
+            error: outcome.as_ref().err().cloned().unwrap_or_default(),
+        };
+        if let Err(s) = c.notify_registration_status(status).await {
+            tracing::warn!(socket = %socket.display(), "NotifyRegistrationStatus: {}: {}", s.code(), s.message());
+        }
+        outcome.map(|()| {
+            tracing::info!(kind = %info.r#type, name = %info.name, endpoint = %endpoint.display(), "plugin registered");
+            (info.r#type, info.name)
+        })
+    }
+}
