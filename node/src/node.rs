@@ -142,6 +142,8 @@ struct Managers {
     devices: crate::cm::devicemanager::DeviceManager,
     /// The topology manager, whose providers allocate at admission.
     topology: Arc<crate::cm::topologymanager::TopologyManager>,
+    /// The CPU manager's static policy, if configured.
+    cpus: Option<crate::cm::cpumanager::CpuManager>,
 }
 
 /// An HTTP server, bound when the node runs.
@@ -466,8 +468,8 @@ async fn managers(
     let (devices, cpus, topology) = device_managers(config, &events)?;
     let mut syncer = pod_syncer(config, machine, &runtimes.router, &events, &probes)
         .with_devices(devices.clone());
-    if let Some(cpus) = cpus {
-        syncer = syncer.with_cpus(cpus);
+    if let Some(cpus) = &cpus {
+        syncer = syncer.with_cpus(cpus.clone());
     }
     if let Some(api) = api {
         syncer = syncer.with_objects(Arc::new(crate::cluster::ApiObjects {
@@ -543,6 +545,7 @@ async fn managers(
         shutdown_state,
         devices,
         topology,
+        cpus,
     })
 }
 

@@ -119,6 +119,9 @@ pub struct SyncLoop {
         Arc<crate::cm::topologymanager::TopologyManager>,
         crate::cm::devicemanager::DeviceManager,
     )>,
+    /// Changes of the CPU manager's shared set: every pod is synced, so that running
+    /// containers get their new cpuset in place.
+    cpu_changes: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 impl SyncLoop {
@@ -148,6 +151,7 @@ impl SyncLoop {
             static_pods: Default::default(),
             node_info: None,
             resources: None,
+            cpu_changes: None,
             rejected: HashSet::new(),
             terminating: HashMap::new(),
             statuses,
@@ -222,6 +226,13 @@ impl SyncLoop {
         devices: crate::cm::devicemanager::DeviceManager,
     ) -> Self {
         self.resources = Some((topology, devices));
+        self
+    }
+
+    /// Syncs every pod when the CPU manager's shared set changes (its containers'
+    /// cpusets are then updated in place, as the kubelet's CPU manager reconciles).
+    pub fn with_cpu_changes(mut self, changes: tokio::sync::watch::Receiver<u64>) -> Self {
+        self.cpu_changes = Some(changes);
         self
     }
 
@@ -417,6 +428,7 @@ impl SyncLoop {
         resync.tick().await;
         let mut probe_updates = self.probe_updates.take();
         let mut evictions = self.evictions.take();
+        let mut cpu_changes = self.cpu_changes.take();
         loop {
             self.health.touch();
             tokio::select! {
@@ -461,6 +473,21 @@ impl SyncLoop {
                         tracing::info!(pod = %full_name(&pod), "previous instance terminated; starting the pod again");
                         self.pods.insert(done, pod.clone());
                         self.sync(pod);
+                    } else if !self.pods.contains_key(&done)
+                        && let Some((topology, _)) = &self.resources
+                    {
+                        // Gone for good: its CPUs and devices are free again.
+                        topology.remove_pod(&done);
+                    }
+                }
+                Some(()) = async {
+                    match cpu_changes.as_mut() {
+                        Some(rx) => rx.changed().await.ok(),
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    for pod in self.pods.values() {
+                        self.workers.update(Work::Sync(Box::new(pod.clone())));
                     }
                 }
                 _ = housekeeping.tick() => self.housekeeping(),

@@ -214,6 +214,10 @@ fn sync_loop(config: &NodeConfig, mut managers: Managers, sources: Vec<String>) 
     .with_shutdown(managers.shutdown_state.clone())
     .with_container_gc(config.container_gc);
     let sync_loop = sync_loop.with_resources(managers.topology.clone(), managers.devices.clone());
+    let sync_loop = match &managers.cpus {
+        Some(cpus) => sync_loop.with_cpu_changes(cpus.subscribe()),
+        None => sync_loop,
+    };
     let sync_loop = match managers.admission {
         Some(node) => sync_loop.with_admission(node, managers.events.clone()),
         None => sync_loop,

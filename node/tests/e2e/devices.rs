@@ -350,9 +350,11 @@ fn the_topology_manager_places_device_pods_on_one_numa_node_or_refuses_them() {
 }
 
 /// A static busybox pod printing its cpuset (as its cpuset cgroup and the kernel
-/// show it), with `resources` as given.
-fn cpuset_pod(name: &str, resources: &str) -> String {
-    let script = "echo cgroup=$(cat /sys/fs/cgroup/cpuset/cpuset.cpus); grep Cpus_allowed_list /proc/self/status; exec sleep 600";
+/// show it), then sleeping `seconds` (which names its process), with `resources`.
+fn cpuset_pod(name: &str, resources: &str, seconds: u32) -> String {
+    let script = format!(
+        "echo cgroup=$(cat /sys/fs/cgroup/cpuset/cpuset.cpus); grep Cpus_allowed_list /proc/self/status; exec sleep {seconds}"
+    );
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: {}\n    imagePullPolicy: Never\n    command: [sh, -c, {script:?}]\n    resources: {resources}\n",
         wasmlet_testkit::containerd::images::BUSYBOX_IMAGE
@@ -370,6 +372,42 @@ fn log_line(node: &Fixture, pod: &Pod, prefix: &str) -> String {
     })
 }
 
+/// `cpuset.cpus` of the cpuset cgroup of the process running `sleep <seconds>`, read
+/// from the host.
+fn cpuset_of_sleeper(seconds: u32) -> Option<String> {
+    let want = format!("sleep\0{seconds}\0");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline != want.as_bytes() {
+            continue;
+        }
+        let cgroups = std::fs::read_to_string(entry.path().join("cgroup")).ok()?;
+        let path = cgroups.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == "cpuset")
+                .then(|| path.to_owned())
+        })?;
+        let file = format!("/sys/fs/cgroup/cpuset{path}/cpuset.cpus");
+        return std::fs::read_to_string(file)
+            .ok()
+            .map(|s| s.trim().to_owned());
+    }
+    None
+}
+
+fn wait_cpuset(seconds: u32, want: &str) {
+    wait(
+        &format!("the cpuset of sleep {seconds} to be {want}"),
+        LONG,
+        || (cpuset_of_sleeper(seconds).as_deref() == Some(want)).then_some(()),
+    );
+}
+
 #[test]
 fn the_static_cpu_manager_gives_a_guaranteed_pod_a_cpu_of_its_own_and_keeps_it_across_a_restart() {
     use wasmlet_testkit::containerd::Containerd;
@@ -384,17 +422,20 @@ fn the_static_cpu_manager_gives_a_guaranteed_pod_a_cpu_of_its_own_and_keeps_it_a
         .with_cri(containerd.address()),
     );
     // On this two-CPU machine, CPU 0 is reserved (kubeReserved rounds up to one)
-    // and CPU 1 goes to the Guaranteed pod; everything else shares CPU 0.
-    node.write_manifest("pinned.yaml", &cpuset_pod("pinned", ONE_CPU))
+    // and CPU 1 goes to the Guaranteed pod; everything else shares what is left.
+    node.write_manifest("shared.yaml", &cpuset_pod("shared", "{}", 6011))
+        .unwrap();
+    let shared = node.wait_pod("shared", LONG, is_running).unwrap();
+    assert_eq!(log_line(&node, &shared, "cgroup="), "cgroup=0-1");
+
+    node.write_manifest("pinned.yaml", &cpuset_pod("pinned", ONE_CPU, 6012))
         .unwrap();
     let pinned = node.wait_pod("pinned", LONG, is_running).unwrap();
     assert_eq!(log_line(&node, &pinned, "cgroup="), "cgroup=1");
     assert!(log_line(&node, &pinned, "Cpus_allowed_list").ends_with("\t1"));
-
-    node.write_manifest("shared.yaml", &cpuset_pod("shared", "{}"))
-        .unwrap();
-    let shared = node.wait_pod("shared", LONG, is_running).unwrap();
-    assert_eq!(log_line(&node, &shared, "cgroup="), "cgroup=0");
+    wait_cpuset(6012, "1");
+    // The shared pool shrinks: the running shared container is moved off CPU 1.
+    wait_cpuset(6011, "0");
 
     // A Wasm sandbox is pinned the same way: a shared one to the shared pool.
     node.write_manifest("tick.yaml", &manifest("tick", "ticker", "Always", ""))
@@ -429,7 +470,7 @@ fn the_static_cpu_manager_gives_a_guaranteed_pod_a_cpu_of_its_own_and_keeps_it_a
         container(&again).container_id,
         container(&pinned).container_id
     );
-    node.write_manifest("second.yaml", &cpuset_pod("second", ONE_CPU))
+    node.write_manifest("second.yaml", &cpuset_pod("second", ONE_CPU, 6013))
         .unwrap();
     let second = node
         .wait_pod("second", LONG, |p| phase(p) == "Failed")
@@ -443,6 +484,13 @@ fn the_static_cpu_manager_gives_a_guaranteed_pod_a_cpu_of_its_own_and_keeps_it_a
         )
     );
     assert_eq!(std::fs::read_to_string(&state_file).unwrap(), state);
+
+    // The Guaranteed pod goes: its CPU returns to the shared pool, and the running
+    // shared container gets it back.
+    node.remove_manifest("pinned.yaml").unwrap();
+    node.wait_gone("pinned", LONG).unwrap();
+    node.remove_manifest("second.yaml").unwrap();
+    wait_cpuset(6011, "0-1");
 }
 
 #[test]

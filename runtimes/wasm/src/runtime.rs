@@ -94,9 +94,9 @@ struct Inner {
     sandboxes: Mutex<HashMap<String, Arc<SandboxHandle>>>,
     containers: Mutex<HashMap<String, ContainerStatus>>,
     events: broadcast::Sender<RuntimeEvent>,
-    /// The CPUs each sandbox's process is pinned to: the union of its containers'
-    /// cpusets (the CPU manager's static policy).
-    pins: Mutex<HashMap<String, std::collections::BTreeSet<usize>>>,
+    /// Each sandbox's containers' cpusets (the CPU manager's static policy): its
+    /// process is pinned to their union.
+    pins: Mutex<HashMap<String, HashMap<String, Vec<usize>>>>,
 }
 
 /// A reply: what the sandbox answered, or its error.
@@ -160,7 +160,7 @@ impl WasmRuntime {
     /// cpusets so far, as runc pins a container to its cpuset: a Wasm pod's
     /// containers share one process. A list that does not parse, or a process that
     /// cannot be pinned, is logged; the container runs unpinned.
-    fn pin(&self, sandbox: &SandboxHandle, list: &str) {
+    fn pin(&self, sandbox: &SandboxHandle, container_id: &str, list: &str) {
         let Some(pid) = sandbox.pid else { return };
         let cpus = match parse_cpu_list(list) {
             Ok(cpus) if !cpus.is_empty() => cpus,
@@ -170,11 +170,11 @@ impl WasmRuntime {
                 return;
             }
         };
-        let all = {
+        let all: std::collections::BTreeSet<usize> = {
             let mut pins = self.inner.pins.lock().unwrap();
             let entry = pins.entry(sandbox.id.clone()).or_default();
-            entry.extend(cpus);
-            entry.clone()
+            entry.insert(container_id.to_owned(), cpus);
+            entry.values().flatten().copied().collect()
         };
         let mut set = nix::sched::CpuSet::new();
         for cpu in &all {
@@ -1286,7 +1286,7 @@ impl Runtime for WasmRuntime {
         self.write_container_record(&sandbox, &status);
         self.emit(&status, ContainerEventKind::Created, status.created_at);
         if let Some(list) = &config.resources.cpuset_cpus {
-            self.pin(&sandbox, list);
+            self.pin(&sandbox, &id, list);
         }
         Ok(id)
     }
@@ -1316,6 +1316,9 @@ impl Runtime for WasmRuntime {
     ) -> Result<()> {
         let c = self.container(container_id)?;
         let sandbox = self.sandbox(&c.sandbox_id)?;
+        if let Some(list) = &resources.cpuset_cpus {
+            self.pin(&sandbox, container_id, list);
+        }
         self.call(
             &sandbox,
             Op::Update {

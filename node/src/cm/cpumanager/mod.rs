@@ -11,9 +11,10 @@
 //! ```
 //!
 //! CPUs are taken whole cores first, within the admitted NUMA hint first, lowest ids
-//! first. Not done (see `docs/status.md`): the policy options
-//! (`full-pcpus-only`, …), reusing an init container's CPUs for the app containers,
-//! and updating running shared containers when the default set changes.
+//! first. When the default set changes, [`CpuManager::subscribe`] tells the sync loop,
+//! whose pod syncs give running containers their new cpuset in place. Not done (see
+//! `docs/status.md`): the policy options (`full-pcpus-only`, …) and reusing an init
+//! container's CPUs for the app containers.
 
 pub mod checkpoint;
 
@@ -47,6 +48,9 @@ struct Inner {
     numa_nodes: Vec<u32>,
     path: PathBuf,
     state: Mutex<State>,
+    /// Bumped whenever the default set changes: running shared containers are then
+    /// given the new set (the kubelet's reconcile loop).
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 /// The static policy. Cheap to clone.
@@ -123,6 +127,7 @@ impl CpuManager {
                 reserved,
                 path,
                 state: Mutex::new(state),
+                changed: tokio::sync::watch::channel(0).0,
             }),
         };
         m.save(&m.lock());
@@ -133,7 +138,13 @@ impl CpuManager {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A receiver that sees a new value whenever the default (shared) set changes.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.changed.subscribe()
+    }
+
     fn save(&self, state: &State) {
+        self.inner.changed.send_modify(|n| *n += 1);
         if let Err(e) = checkpoint::write(&self.inner.path, POLICY_STATIC, state) {
             tracing::error!(checkpoint = %self.inner.path.display(), "writing the CPU manager checkpoint: {e}");
         }

@@ -493,6 +493,14 @@ impl DeviceManager {
         }
     }
 
+    /// Moves the resource's stop time back by `by` (tests of the grace period).
+    #[cfg(test)]
+    fn age_stop(&self, resource: &str, by: Duration) {
+        if let Some(r) = self.lock().resources.get_mut(resource) {
+            r.stopped_at = r.stopped_at.and_then(|t| t.checked_sub(by));
+        }
+    }
+
     /// Records a warning about the node (a failing adapter).
     pub fn node_warning(&self, reason: &'static str, message: &str) {
         if let Some((events, node)) = &self.inner.events {

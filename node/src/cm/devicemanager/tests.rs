@@ -1,6 +1,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio_util::sync::CancellationToken;
@@ -18,13 +19,15 @@ const WIDGET: &str = "example.com/widget";
 struct Fake {
     calls: Mutex<Vec<Vec<String>>>,
     preferred: Option<Vec<String>>,
+    pre_start: bool,
+    pre_starts: Mutex<Vec<Vec<String>>>,
 }
 
 #[async_trait::async_trait]
 impl Endpoint for Fake {
     fn options(&self) -> api::DevicePluginOptions {
         api::DevicePluginOptions {
-            pre_start_required: false,
+            pre_start_required: self.pre_start,
             get_preferred_allocation_available: self.preferred.is_some(),
         }
     }
@@ -51,7 +54,8 @@ impl Endpoint for Fake {
             ..Default::default()
         })
     }
-    async fn pre_start(&self, _ids: Vec<String>) -> Result<(), String> {
+    async fn pre_start(&self, ids: Vec<String>) -> Result<(), String> {
+        self.pre_starts.lock().unwrap().push(ids);
         Ok(())
     }
 }
@@ -323,4 +327,43 @@ fn a_corrupted_checkpoint_is_refused() {
     std::fs::write(&path, text).unwrap();
     let err = checkpoint::read(&path).unwrap_err();
     assert!(err.contains("checkpoint is corrupted"), "{err}");
+}
+
+#[tokio::test]
+async fn pre_start_is_called_when_the_plugin_asks_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(dir.path());
+    let fake = Arc::new(Fake {
+        pre_start: true,
+        ..Default::default()
+    });
+    let generation = m.connect(WIDGET, fake.clone());
+    m.update_devices(WIDGET, generation, widgets());
+    let a = pod("a", 2);
+    m.allocate_container(&a, &app(&a), TopologyHint::ANY)
+        .await
+        .unwrap();
+    assert!(fake.pre_starts.lock().unwrap().is_empty());
+    m.run_options("a", "app").await.unwrap().unwrap();
+    assert_eq!(
+        *fake.pre_starts.lock().unwrap(),
+        [vec!["w0".to_string(), "w1".to_string()]]
+    );
+}
+
+#[test]
+fn a_plugin_gone_past_the_grace_period_is_removed_from_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(dir.path());
+    let generation = m.connect(WIDGET, Arc::new(Fake::default()));
+    m.update_devices(WIDGET, generation, widgets());
+    m.disconnected(WIDGET, generation, "stream ended");
+    m.age_stop(WIDGET, ENDPOINT_STOP_GRACE_PERIOD - Duration::from_secs(1));
+    assert!(m.capacity().removed.is_empty());
+    m.age_stop(WIDGET, Duration::from_secs(2));
+    let cap = m.capacity();
+    assert_eq!(cap.removed, [WIDGET]);
+    assert!(!cap.capacity.contains_key(WIDGET));
+    // Removed for good: the next report no longer names it.
+    assert!(m.capacity().removed.is_empty());
 }
