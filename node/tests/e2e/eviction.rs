@@ -307,12 +307,16 @@ fn a_fork_bomb_stays_within_pod_pids_limit_and_pid_pressure_evicts_it() {
     let baseline = threads();
     let threshold = pid_max() - baseline - 80;
     let config = node.dir().join("config.yaml");
+    // The test node's own evictionHard (memory only) gains the pid threshold: one
+    // `evictionHard` key, as YAML allows.
     let yaml = std::fs::read_to_string(&config).unwrap();
+    let defaults = "evictionHard: {memory.available: 100Mi}\n";
+    assert!(yaml.contains(defaults), "{yaml}");
     std::fs::write(
         &config,
         yaml.replacen(
-            "podPidsLimit: 200\n",
-            &format!("podPidsLimit: 200\nevictionHard: {{pid.available: \"{threshold}\"}}\n"),
+            defaults,
+            &format!("evictionHard: {{memory.available: 100Mi, pid.available: \"{threshold}\"}}\n"),
             1,
         ),
     )
