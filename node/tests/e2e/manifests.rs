@@ -65,6 +65,13 @@ fn deleting_a_manifest_stops_the_pod_within_its_grace_period() {
     let pod = node.wait_pod("t", LONG, is_running).unwrap();
     let sandbox = node.sandbox_pids();
     assert_eq!(sandbox.len(), 1);
+    // The ticker has written its first line (Running comes before it).
+    poll(LONG, || {
+        node.container_log(&pod, "main", 0)
+            .ok()
+            .filter(|l| !l.is_empty())
+    })
+    .expect("the ticker logs");
 
     let removed = Instant::now();
     node.remove_manifest("t.yaml").unwrap();
