@@ -173,12 +173,23 @@ pub fn admission_plugins(config: &[wasmlet_plugin_host::PluginConfig]) -> Vec<St
         .collect()
 }
 
-/// The device adapters of a configuration, in its order.
-pub fn device_adapters(config: &[wasmlet_plugin_host::PluginConfig]) -> Vec<String> {
+/// The device adapters of a configuration, in its order, each with the host paths
+/// it may hand to containers: its filesystem grants.
+pub fn device_adapters(
+    config: &[wasmlet_plugin_host::PluginConfig],
+) -> Vec<(String, Vec<std::path::PathBuf>)> {
     config
         .iter()
         .filter(|p| p.world == World::DeviceAdapter)
-        .map(|p| p.name.clone())
+        .map(|p| {
+            let allowed = p
+                .grants
+                .filesystem
+                .iter()
+                .map(|g| g.host_path.clone())
+                .collect();
+            (p.name.clone(), allowed)
+        })
         .collect()
 }
 

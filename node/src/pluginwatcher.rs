@@ -27,6 +27,8 @@ pub const REGISTRY_DIR: &str = "plugins_registry";
 pub const PERIOD: Duration = Duration::from_secs(1);
 /// How long a plugin has to answer `GetInfo`.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a plugin has to take `NotifyRegistrationStatus` (the kubelet's 5 s).
+const NOTIFY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What takes plugins of one type.
 #[async_trait::async_trait]
@@ -40,18 +42,30 @@ pub trait PluginHandler: Send + Sync {
         endpoint: &Path,
         versions: &[String],
     ) -> Result<(), String>;
-    /// The plugin's socket went away.
-    fn deregister(&self, name: &str);
+    /// The plugin's socket went away; `endpoint` is where it was registered.
+    fn deregister(&self, name: &str, endpoint: &Path);
 }
 
-/// A registered plugin: its socket file (by inode, so a new socket at the same path
+/// A registered plugin: its socket file (by inode and change time, so a new socket at the same path
 /// is a new plugin), type and name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Registered {
-    inode: u64,
+    inode: FileId,
     kind: String,
     name: String,
+    endpoint: PathBuf,
 }
+
+/// A socket whose registration failed: tried again after `delay` (doubling up to
+/// [`MAX_RETRY`]), or at once when it is replaced.
+struct Failed {
+    inode: FileId,
+    retry_at: std::time::Instant,
+    delay: Duration,
+}
+
+/// The longest wait before a failed registration is tried again.
+const MAX_RETRY: Duration = Duration::from_secs(60);
 
 /// Watches the registry directory and registers what appears there.
 pub struct PluginWatcher {
@@ -72,9 +86,13 @@ async fn client(socket: &Path) -> Result<RegistrationClient<tonic::transport::Ch
     Ok(RegistrationClient::new(channel))
 }
 
+/// Which file a socket is: its inode and change time (an inode number alone can be
+/// reused at once by a plugin's new socket).
+type FileId = (u64, i64, i64);
+
 /// The sockets in `dir` and one level of subdirectories (as the kubelet walks it),
-/// hidden files left out, with their inodes.
-fn sockets(dir: &Path) -> BTreeMap<PathBuf, u64> {
+/// hidden files left out, with their identities.
+fn sockets(dir: &Path) -> BTreeMap<PathBuf, FileId> {
     let mut out = BTreeMap::new();
     let mut dirs = vec![(dir.to_owned(), 0)];
     while let Some((d, depth)) = dirs.pop() {
@@ -87,7 +105,7 @@ fn sockets(dir: &Path) -> BTreeMap<PathBuf, u64> {
             }
             let Ok(meta) = e.metadata() else { continue };
             if meta.file_type().is_socket() {
-                out.insert(e.path(), meta.ino());
+                out.insert(e.path(), (meta.ino(), meta.ctime(), meta.ctime_nsec()));
             } else if meta.is_dir() && depth == 0 {
                 dirs.push((e.path(), depth + 1));
             }
@@ -121,8 +139,7 @@ impl PluginWatcher {
     pub async fn run(self, cancel: CancellationToken) {
         tracing::info!(dir = %self.dir.display(), "watching for plugins");
         let mut registered: BTreeMap<PathBuf, Registered> = BTreeMap::new();
-        // Sockets that failed, by inode: tried again only when the socket changes.
-        let mut failed: BTreeMap<PathBuf, u64> = BTreeMap::new();
+        let mut failed: BTreeMap<PathBuf, Failed> = BTreeMap::new();
         loop {
             let now = sockets(&self.dir);
             let gone: Vec<PathBuf> = registered
@@ -134,29 +151,44 @@ impl PluginWatcher {
                 if let Some(r) = registered.remove(&path) {
                     tracing::info!(socket = %path.display(), kind = %r.kind, name = %r.name, "plugin socket gone; deregistering");
                     if let Some(h) = self.handlers.get(&r.kind) {
-                        h.deregister(&r.name);
+                        h.deregister(&r.name, &r.endpoint);
                     }
                 }
             }
-            failed.retain(|path, inode| now.get(path) == Some(inode));
+            failed.retain(|path, f| now.get(path) == Some(&f.inode));
+            let at = std::time::Instant::now();
             for (path, inode) in &now {
-                if registered.contains_key(path) || failed.contains_key(path) {
+                if registered.contains_key(path)
+                    || failed.get(path).is_some_and(|f| at < f.retry_at)
+                {
                     continue;
                 }
                 match self.register(path).await {
-                    Ok((kind, name)) => {
+                    Ok((kind, name, endpoint)) => {
+                        failed.remove(path);
                         registered.insert(
                             path.clone(),
                             Registered {
                                 inode: *inode,
                                 kind,
                                 name,
+                                endpoint,
                             },
                         );
                     }
                     Err(e) => {
-                        tracing::warn!(socket = %path.display(), "plugin registration failed: {e}");
-                        failed.insert(path.clone(), *inode);
+                        let delay = failed
+                            .get(path)
+                            .map_or(PERIOD, |f| (f.delay * 2).min(MAX_RETRY));
+                        tracing::warn!(socket = %path.display(), retry_in = ?delay, "plugin registration failed: {e}");
+                        failed.insert(
+                            path.clone(),
+                            Failed {
+                                inode: *inode,
+                                retry_at: std::time::Instant::now() + delay,
+                                delay,
+                            },
+                        );
                     }
                 }
             }
@@ -169,7 +201,7 @@ impl PluginWatcher {
 
     /// `GetInfo`, the handler's validation and registration, then
     /// `NotifyRegistrationStatus` with the outcome.
-    async fn register(&self, socket: &Path) -> Result<(String, String), String> {
+    async fn register(&self, socket: &Path) -> Result<(String, String, PathBuf), String> {
         let mut c = client(socket).await?;
         let mut request = tonic::Request::new(api::InfoRequest {});
         request.set_timeout(CALL_TIMEOUT);
@@ -197,12 +229,14 @@ impl PluginWatcher {
             plugin_registered: outcome.is_ok(),
             error: outcome.as_ref().err().cloned().unwrap_or_default(),
         };
-        if let Err(s) = c.notify_registration_status(status).await {
+        let mut notify = tonic::Request::new(status);
+        notify.set_timeout(NOTIFY_TIMEOUT);
+        if let Err(s) = c.notify_registration_status(notify).await {
             tracing::warn!(socket = %socket.display(), "NotifyRegistrationStatus: {}: {}", s.code(), s.message());
         }
         outcome.map(|()| {
             tracing::info!(kind = %info.r#type, name = %info.name, endpoint = %endpoint.display(), "plugin registered");
-            (info.r#type, info.name)
+            (info.r#type, info.name, endpoint)
         })
     }
 }

@@ -292,9 +292,11 @@ impl PodSyncer {
         else {
             return Ok(());
         };
+        // The kubelet puts device variables before the spec's: the spec wins.
         for (k, v) in run.envs {
-            config.env.retain(|(name, _)| *name != k);
-            config.env.push((k, v));
+            if !config.env.iter().any(|(name, _)| *name == k) {
+                config.env.push((k, v));
+            }
         }
         for m in run.mounts {
             let host = std::path::PathBuf::from(&m.host_path);

@@ -1358,6 +1358,9 @@ impl Runtime for WasmRuntime {
             Err(e) if e.is_not_found() => return Ok(()),
             Err(e) => return Err(e),
         };
+        if let Some(containers) = self.inner.pins.lock().unwrap().get_mut(&c.sandbox_id) {
+            containers.remove(container_id);
+        }
         if c.state == ContainerState::Running {
             return Err(Error::FailedPrecondition(format!(
                 "container {container_id} is running; stop it first"

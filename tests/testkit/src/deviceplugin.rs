@@ -220,8 +220,12 @@ async fn register(
     Ok(())
 }
 
-fn inode(path: &Path) -> Option<u64> {
-    std::fs::metadata(path).ok().map(|m| m.ino())
+/// Which file `path` is: its inode and change time (an inode number alone can be
+/// reused at once by the next node's socket).
+fn inode(path: &Path) -> Option<(u64, i64, i64)> {
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
 impl TestDevicePlugin {
@@ -241,7 +245,7 @@ impl TestDevicePlugin {
         let resource = resource.to_owned();
         let counter = plugin.shared.clone();
         plugin.runtime.as_mut().unwrap().spawn(async move {
-            let mut registered: Option<u64> = None;
+            let mut registered: Option<(u64, i64, i64)> = None;
             loop {
                 let now = inode(&kubelet);
                 if now.is_some() && now != registered {

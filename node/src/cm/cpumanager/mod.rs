@@ -205,10 +205,11 @@ impl CpuManager {
             .collect();
         cores.sort_by_key(|core| (outside(*core), *core));
         for core in cores {
-            if n - taken.len() < per_core {
-                break;
-            }
             let cpus = topo.cpus_in_core(core);
+            let still = n.saturating_sub(taken.len());
+            if still < per_core || cpus.len() > still {
+                continue;
+            }
             taken = taken.union(&cpus);
             left = left.difference(&cpus);
         }
@@ -220,7 +221,7 @@ impl CpuManager {
         };
         let mut rest: Vec<u32> = left.iter().collect();
         rest.sort_by_key(|cpu| (outside(*cpu), free_in_core(*cpu), *cpu));
-        for cpu in rest.into_iter().take(n - taken.len()) {
+        for cpu in rest.into_iter().take(n.saturating_sub(taken.len())) {
             taken.insert(cpu);
         }
         taken

@@ -164,3 +164,15 @@ fn the_kubelets_cpu_manager_checkpoints_are_read_and_written_byte_for_byte() {
         );
     }
 }
+
+#[test]
+fn a_core_wider_than_what_is_left_is_not_taken_whole() {
+    // Core 0 has three threads, core 3 one: two CPUs are asked for.
+    let topo = CpuTopology::from_cpus(&[(0, 0, 0, 0), (1, 0, 0, 0), (2, 0, 0, 0), (3, 0, 3, 0)]);
+    let dir = tempfile::tempdir().unwrap();
+    let m = CpuManager::new(dir.path(), topo, set("3")).unwrap();
+    let two = pod("a", "2", "64Mi", "2");
+    m.allocate_container(&two, &app(&two), TopologyHint::ANY)
+        .unwrap();
+    assert_eq!(m.cpuset("a", "app").len(), 2);
+}

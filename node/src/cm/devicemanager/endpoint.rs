@@ -24,6 +24,10 @@ pub const PRE_START_TIMEOUT: Duration = Duration::from_secs(30);
 pub trait Endpoint: Send + Sync {
     /// What the plugin asked for at registration.
     fn options(&self) -> api::DevicePluginOptions;
+    /// The plugin's socket, for a gRPC plugin.
+    fn socket(&self) -> Option<&std::path::Path> {
+        None
+    }
     /// `GetPreferredAllocation` for one container.
     async fn preferred_allocation(
         &self,
@@ -78,6 +82,10 @@ fn status_message(call: &str, s: tonic::Status) -> String {
 impl Endpoint for GrpcEndpoint {
     fn options(&self) -> api::DevicePluginOptions {
         self.options
+    }
+
+    fn socket(&self) -> Option<&std::path::Path> {
+        Some(&self.socket)
     }
 
     async fn preferred_allocation(
@@ -153,6 +161,19 @@ impl Endpoint for GrpcEndpoint {
 pub struct WasmEndpoint {
     pub host: wasmlet_plugin_host::PluginHost,
     pub plugin: String,
+    /// The host paths the adapter may hand to containers (mounts, device nodes): its
+    /// filesystem grants. An adapter gets no host path it was not granted.
+    pub allowed: Vec<PathBuf>,
+}
+
+/// Whether `path` is absolute, has no `..`, and lies within one of `allowed`.
+fn granted(path: &str, allowed: &[PathBuf]) -> bool {
+    let p = std::path::Path::new(path);
+    p.is_absolute()
+        && !p
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+        && allowed.iter().any(|a| p.starts_with(a))
 }
 
 #[async_trait::async_trait]
@@ -188,6 +209,19 @@ impl Endpoint for WasmEndpoint {
             .await
             .map_err(|e| format!("device adapter {}: {e}", self.plugin))?
             .map_err(|e| format!("device adapter {} refused: {e}", self.plugin))?;
+        let paths = allocation
+            .mounts
+            .iter()
+            .map(|m| &m.host_path)
+            .chain(allocation.devices.iter().map(|d| &d.host_path));
+        for path in paths {
+            if !granted(path, &self.allowed) {
+                return Err(format!(
+                    "device adapter {} answered the host path {path:?}, which its filesystem grants do not cover",
+                    self.plugin
+                ));
+            }
+        }
         Ok(api::ContainerAllocateResponse {
             envs: allocation
                 .envs
@@ -223,5 +257,24 @@ impl Endpoint for WasmEndpoint {
 
     async fn pre_start(&self, _ids: Vec<String>) -> Result<(), String> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    #[test]
+    fn an_adapter_hands_out_only_granted_host_paths() {
+        let allowed = [
+            PathBuf::from("/dev/widgets"),
+            PathBuf::from("/var/lib/widgets"),
+        ];
+        assert!(super::granted("/dev/widgets/w0", &allowed));
+        assert!(super::granted("/var/lib/widgets", &allowed));
+        assert!(!super::granted("/dev/mem", &allowed));
+        assert!(!super::granted("/dev/widgets/../mem", &allowed));
+        assert!(!super::granted("dev/widgets/w0", &allowed));
+        assert!(!super::granted("/dev/widgetsX", &allowed));
     }
 }

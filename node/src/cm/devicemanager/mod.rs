@@ -110,6 +110,9 @@ type PodDevices = BTreeMap<(String, String), BTreeMap<String, ContainerDevices>>
 struct State {
     resources: BTreeMap<String, Resource>,
     pod_devices: PodDevices,
+    /// Resources removed after the grace period: reported at 0 until a plugin
+    /// registers them again.
+    removed: BTreeSet<String>,
 }
 
 impl State {
@@ -147,6 +150,11 @@ impl State {
         {
             if init.name == container {
                 break;
+            }
+            // A sidecar (restartPolicy Always) keeps running beside the app
+            // containers: its devices are not free for them.
+            if init.restart_policy.as_deref() == Some("Always") {
+                continue;
             }
             let Some(devices) = self
                 .pod_devices
@@ -338,12 +346,15 @@ impl DeviceManager {
             for name in &expired {
                 tracing::info!(resource = %name, "the device plugin did not come back within 5m; its resource is removed");
                 state.resources.remove(name);
+                state.removed.insert(name.clone());
             }
             let snapshot = checkpoint::Checkpoint::of(&state.pod_devices, &registered(&state));
+            out.removed = state.removed.iter().cloned().collect();
             drop(state);
             self.write_checkpoint(snapshot);
+            return out;
         }
-        out.removed = expired;
+        out.removed = state.removed.iter().cloned().collect();
         out
     }
 
@@ -365,7 +376,7 @@ impl DeviceManager {
     pub async fn run(
         self,
         host: Option<wasmlet_plugin_host::PluginHost>,
-        adapters: Vec<String>,
+        adapters: Vec<(String, Vec<PathBuf>)>,
         adapter_period: Duration,
         cancel: CancellationToken,
     ) {
@@ -378,11 +389,12 @@ impl DeviceManager {
         };
         let mut tasks = Vec::new();
         if let Some(host) = host {
-            for name in adapters {
+            for (name, allowed) in adapters {
                 tasks.extend(start_wasm_adapter(
                     &self,
                     host.clone(),
                     name,
+                    allowed,
                     adapter_period,
                 ));
             }
@@ -428,7 +440,9 @@ impl DeviceManager {
         r.generation += 1;
         r.endpoint = Some(endpoint);
         r.stopped_at = None;
-        r.generation
+        let generation = r.generation;
+        state.removed.remove(resource);
+        generation
     }
 
     /// The plugin's current devices (a `ListAndWatch` answer or an adapter's
@@ -484,10 +498,14 @@ impl DeviceManager {
         self.notify();
     }
 
-    /// The plugin of `resource` is gone (its registry socket was removed): as a
-    /// stream that ended.
-    pub fn deregister(&self, resource: &str) {
-        let generation = self.lock().resources.get(resource).map(|r| r.generation);
+    /// The plugin of `resource` at `socket` is gone (its registry socket was
+    /// removed): as a stream that ended. A newer registration of the resource on
+    /// another socket is left alone.
+    pub fn deregister(&self, resource: &str, socket: &Path) {
+        let generation = self.lock().resources.get(resource).and_then(|r| {
+            let current = r.endpoint.as_ref()?.socket()?;
+            (current == socket).then_some(r.generation)
+        });
         if let Some(generation) = generation {
             self.disconnected(resource, generation, "its plugin socket was removed");
         }
@@ -798,21 +816,23 @@ impl DeviceManager {
                 let still = needed - reuse.len();
                 if available.len() < still {
                     return Err(format!(
-                        "requested number of devices unavailable for {resource}. Requested: {needed}, Available: {}",
-                        available.len() + reuse.len()
+                        "requested number of devices unavailable for {resource}. Requested: {still}, Available: {}",
+                        available.len()
                     ));
                 }
-                let ordered = self.order_by_affinity(&state, &resource, &available, hint);
+                let (ordered, aligned) =
+                    self.order_by_affinity(&state, &resource, &available, hint);
                 (
                     PickInput {
                         reuse,
                         ordered,
+                        aligned,
                         still,
                     },
                     endpoint,
                 )
             };
-            let picked = pick(&resource, &input, &*endpoint, needed).await;
+            let picked = pick(&resource, &input, &*endpoint, needed).await?;
             let response = endpoint.allocate(picked.clone()).await?;
             let mut state = self.lock();
             // Another allocation may have taken one of them meanwhile.
@@ -841,16 +861,17 @@ impl DeviceManager {
     }
 
     /// The available devices, those within the hint's NUMA nodes first, then those
-    /// with no NUMA node, then the rest.
+    /// with no NUMA node, then the rest; and how many lead the list as aligned with
+    /// the hint (all of them without one).
     fn order_by_affinity(
         &self,
         state: &State,
         resource: &str,
         available: &BTreeSet<String>,
         hint: TopologyHint,
-    ) -> Vec<String> {
+    ) -> (Vec<String>, usize) {
         let Some(affinity) = hint.affinity else {
-            return available.iter().cloned().collect();
+            return (available.iter().cloned().collect(), available.len());
         };
         let (mut aligned, mut none, mut unaligned) = (Vec::new(), Vec::new(), Vec::new());
         for id in available {
@@ -863,9 +884,10 @@ impl DeviceManager {
                 unaligned.push(id.clone());
             }
         }
+        let count = aligned.len();
         aligned.extend(none);
         aligned.extend(unaligned);
-        aligned
+        (aligned, count)
     }
 
     /// Forgets the pod's allocations.
@@ -883,55 +905,68 @@ impl DeviceManager {
 struct PickInput {
     /// Devices of earlier init containers this container takes over.
     reuse: Vec<String>,
-    /// Free devices, best first.
+    /// Free devices, those aligned with the admitted hint first.
     ordered: Vec<String>,
+    /// How many of `ordered` are aligned.
+    aligned: usize,
     /// How many of `ordered` are needed besides `reuse`.
     still: usize,
 }
 
-/// The devices for a container: the plugin's preferred allocation when it offers
-/// one and answers sensibly, else the reused ones and the first free ones.
+/// The devices for a container, as the kubelet's `devicesToAllocate` picks them:
+/// when the aligned devices suffice, only they are offered (to the plugin's
+/// `GetPreferredAllocation`, if it has one; else the first of them are taken);
+/// otherwise every aligned device is taken and the plugin chooses the rest. An
+/// answer that is not usable (wrong size, unknown or repeated ids, a required device
+/// left out) falls back to the ordered pick; a failed call fails the allocation.
 async fn pick(
     resource: &str,
     input: &PickInput,
     endpoint: &dyn Endpoint,
     needed: usize,
-) -> Vec<String> {
+) -> Result<Vec<String>, String> {
+    if input.still == 0 {
+        return Ok(input.reuse.clone());
+    }
+    let (offered, must): (Vec<String>, Vec<String>) = if input.aligned >= input.still {
+        let mut offered = input.reuse.clone();
+        offered.extend(input.ordered[..input.aligned].iter().cloned());
+        (offered, input.reuse.clone())
+    } else {
+        let mut must = input.reuse.clone();
+        must.extend(input.ordered[..input.aligned].iter().cloned());
+        let mut offered = must.clone();
+        offered.extend(input.ordered[input.aligned..].iter().cloned());
+        (offered, must)
+    };
     let fallback = || -> Vec<String> {
-        let mut ids = input.reuse.clone();
-        ids.extend(input.ordered.iter().take(input.still).cloned());
+        let mut ids = must.clone();
+        ids.extend(
+            offered
+                .iter()
+                .filter(|id| !must.contains(id))
+                .take(needed.saturating_sub(must.len()))
+                .cloned(),
+        );
         ids
     };
     if !endpoint.options().get_preferred_allocation_available {
-        return fallback();
+        return Ok(fallback());
     }
-    // Offer the devices within the hint first when they suffice, as the kubelet.
-    let mut available: Vec<String> = input.reuse.clone();
-    available.extend(input.ordered.iter().cloned());
-    match endpoint
-        .preferred_allocation(available.clone(), input.reuse.clone(), needed)
+    let ids = endpoint
+        .preferred_allocation(offered.clone(), must.clone(), needed)
         .await
-    {
-        Ok(ids) => {
-            let unique: BTreeSet<&String> = ids.iter().collect();
-            let sane = ids.len() == needed
-                && unique.len() == ids.len()
-                && ids.iter().all(|id| available.contains(id))
-                && input.reuse.iter().all(|id| ids.contains(id));
-            if sane {
-                ids
-            } else {
-                tracing::warn!(resource, answer = ?ids, "the plugin's preferred allocation is not usable; picking in order");
-                fallback()
-            }
-        }
-        Err(e) => {
-            tracing::warn!(
-                resource,
-                "GetPreferredAllocation failed, picking in order: {e}"
-            );
-            fallback()
-        }
+        .map_err(|e| format!("device plugin GetPreferredAllocation rpc failed with err: {e}"))?;
+    let unique: BTreeSet<&String> = ids.iter().collect();
+    let sane = ids.len() == needed
+        && unique.len() == ids.len()
+        && ids.iter().all(|id| offered.contains(id))
+        && must.iter().all(|id| ids.contains(id));
+    if sane {
+        Ok(ids)
+    } else {
+        tracing::warn!(resource, answer = ?ids, "the plugin's preferred allocation is not usable; picking in order");
+        Ok(fallback())
     }
 }
 
@@ -1020,6 +1055,7 @@ pub fn start_wasm_adapter(
     manager: &DeviceManager,
     host: wasmlet_plugin_host::PluginHost,
     plugin: String,
+    allowed: Vec<PathBuf>,
     period: Duration,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let Some(resource) = host.resource_name(&plugin) else {
@@ -1040,6 +1076,7 @@ pub fn start_wasm_adapter(
     let endpoint = Arc::new(endpoint::WasmEndpoint {
         host: host.clone(),
         plugin: plugin.clone(),
+        allowed,
     });
     let generation = manager.connect(&resource, endpoint);
     let manager = manager.clone();

@@ -72,9 +72,19 @@ impl Registration for Service {
 async fn run_endpoint(manager: DeviceManager, resource: String, endpoint: GrpcEndpoint) {
     let mut client = endpoint.client.clone();
     let socket = endpoint.socket.clone();
+    // A plugin that cannot be reached does not replace one that works: the resource
+    // is taken over only once the new plugin's stream is open.
+    let opened = client.list_and_watch(api::Empty {}).await;
+    let response = match opened {
+        Ok(response) => response,
+        Err(s) => {
+            tracing::warn!(resource, socket = %socket.display(), "device plugin registered but cannot be reached; its registration is ignored: ListAndWatch: {}: {}", s.code(), s.message());
+            return;
+        }
+    };
     let generation = manager.connect(&resource, Arc::new(endpoint));
     let cancel = manager.cancel_token();
-    let why = match client.list_and_watch(api::Empty {}).await {
+    let why = match Ok::<_, tonic::Status>(response) {
         Err(s) => format!(
             "ListAndWatch on {}: {}: {}",
             socket.display(),
@@ -188,7 +198,7 @@ impl crate::pluginwatcher::PluginHandler for WatcherHandler {
         Ok(())
     }
 
-    fn deregister(&self, name: &str) {
-        self.0.deregister(name);
+    fn deregister(&self, name: &str, endpoint: &std::path::Path) {
+        self.0.deregister(name, endpoint);
     }
 }

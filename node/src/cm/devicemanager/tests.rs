@@ -364,6 +364,49 @@ fn a_plugin_gone_past_the_grace_period_is_removed_from_the_node() {
     let cap = m.capacity();
     assert_eq!(cap.removed, [WIDGET]);
     assert!(!cap.capacity.contains_key(WIDGET));
-    // Removed for good: the next report no longer names it.
-    assert!(m.capacity().removed.is_empty());
+    // Every report says so (whoever asked first), until a plugin registers it again.
+    assert_eq!(m.admission_allocatable().get(WIDGET), None);
+    assert_eq!(m.capacity().removed, [WIDGET]);
+    let again = m.connect(WIDGET, Arc::new(Fake::default()));
+    m.update_devices(WIDGET, again, widgets());
+    let cap = m.capacity();
+    assert!(cap.removed.is_empty());
+    assert_eq!(cap.allocatable[WIDGET], 4);
+}
+
+#[tokio::test]
+async fn a_preferred_allocation_off_the_admitted_numa_node_is_not_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(dir.path());
+    // The plugin would rather hand out node 0's widgets.
+    let fake = Arc::new(Fake {
+        preferred: Some(vec!["w0".into(), "w1".into()]),
+        ..Default::default()
+    });
+    let generation = m.connect(WIDGET, fake.clone());
+    m.update_devices(WIDGET, generation, widgets());
+    let a = pod("a", 2);
+    m.allocate_container(&a, &app(&a), TopologyHint::new(&[1], true))
+        .await
+        .unwrap();
+    // Only node 1's were offered, so its answer is not usable: node 1's are taken.
+    assert_eq!(fake.calls.lock().unwrap()[0], ["w2", "w3"]);
+}
+
+#[test]
+fn sidecars_keep_their_devices_and_count_with_the_app_containers() {
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "default", "uid": "p"},
+        "spec": {
+            "initContainers": [
+                {"name": "sidecar", "image": "x", "restartPolicy": "Always",
+                 "resources": {"limits": {WIDGET: "1"}}},
+                {"name": "init", "image": "x", "resources": {"limits": {WIDGET: "2"}}},
+            ],
+            "containers": [{"name": "app", "image": "x", "resources": {"limits": {WIDGET: "2"}}}],
+        },
+    }))
+    .unwrap();
+    // The init container runs beside the sidecar (3), the app beside it too (3).
+    assert_eq!(crate::cm::topologymanager::pod_request(&p, WIDGET), 3);
 }

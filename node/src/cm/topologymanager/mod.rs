@@ -241,26 +241,30 @@ pub fn container_request(c: &Container, resource: &str) -> Option<i64> {
     crate::quantity::parse(q).ok().map(|v| v.ceil() as i64)
 }
 
-/// The pod's need for `resource`: the larger of its biggest init container and the
-/// sum of its app containers (init containers run one at a time, before the app
-/// containers).
+/// The pod's need for `resource`, as the kubelet's `PodRequests`: init containers
+/// run one at a time before the app containers, except sidecars (`restartPolicy:
+/// Always`), which keep running beside the later ones and the app containers.
 pub fn pod_request(pod: &Pod, resource: &str) -> i64 {
     let Some(spec) = pod.spec.as_ref() else {
         return 0;
     };
-    let init = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .filter_map(|c| container_request(c, resource))
-        .max()
-        .unwrap_or(0);
+    let mut sidecars = 0i64;
+    let mut peak = 0i64;
+    for c in spec.init_containers.iter().flatten() {
+        let r = container_request(c, resource).unwrap_or(0);
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars += r;
+            peak = peak.max(sidecars);
+        } else {
+            peak = peak.max(sidecars + r);
+        }
+    }
     let app: i64 = spec
         .containers
         .iter()
         .filter_map(|c| container_request(c, resource))
         .sum();
-    init.max(app)
+    peak.max(sidecars + app)
 }
 
 #[cfg(test)]
