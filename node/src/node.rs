@@ -144,6 +144,10 @@ struct Managers {
     topology: Arc<crate::cm::topologymanager::TopologyManager>,
     /// The CPU manager's static policy, if configured.
     cpus: Option<crate::cm::cpumanager::CpuManager>,
+    /// The API client, for what the node writes besides its pods (CSINode).
+    api_client: Option<kube::Client>,
+    /// The registered CSI drivers.
+    csi_drivers: crate::volumes::csi::Drivers,
 }
 
 /// An HTTP server, bound when the node runs.
@@ -546,6 +550,8 @@ async fn managers(
         devices,
         topology,
         cpus,
+        api_client: api.map(|a| a.client.clone()),
+        csi_drivers: Default::default(),
     })
 }
 

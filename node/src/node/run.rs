@@ -69,10 +69,16 @@ impl Node {
                 let devices = crate::cm::devicemanager::registration::WatcherHandler(
                     managers.devices.clone(),
                 );
+                let csi = crate::volumes::csi::registration::CsiRegistration {
+                    drivers: managers.csi_drivers.clone(),
+                    client: managers.api_client.clone(),
+                    node_name: config.node_name.clone(),
+                };
                 tasks.spawn(
                     "plugin registry",
                     watcher
                         .handle("DevicePlugin", Arc::new(devices))
+                        .handle(crate::volumes::csi::PLUGIN_TYPE, Arc::new(csi))
                         .run(cancel.clone()),
                 );
             }

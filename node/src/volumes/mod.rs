@@ -8,6 +8,7 @@
 //! it.
 
 pub mod content;
+pub mod csi;
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};

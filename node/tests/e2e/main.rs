@@ -10,6 +10,7 @@ mod cgroups;
 mod cli;
 mod cluster;
 mod cri;
+mod csi;
 mod devices;
 mod eviction;
 mod idle;

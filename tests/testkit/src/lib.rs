@@ -12,6 +12,7 @@
 pub mod apiserver;
 pub mod cni;
 pub mod containerd;
+pub mod csidriver;
 pub mod dbus;
 pub mod deviceplugin;
 pub mod fake_runtime;

@@ -1,0 +1,46 @@
+//! CSI on the node (the kubelet's `kubernetes.io/csi` volume plugin): drivers register
+//! through the plugin watcher ([`registration`]), which records their endpoints and
+//! publishes what `NodeGetInfo` says in the `CSINode` object and on the Node.
+//! Staging and publishing volumes for pods is not built yet (`docs/status.md`).
+
+pub mod registration;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// The plugin type CSI drivers register with (`pluginregistration.CSIPlugin`).
+pub const PLUGIN_TYPE: &str = "CSIPlugin";
+/// The kubelet's `csiTimeout`: how long a CSI call may take.
+pub const CSI_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A registered driver: where it listens and the CSI version it was taken with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Driver {
+    pub endpoint: PathBuf,
+    pub version: (u64, u64, u64),
+}
+
+/// The registered drivers by name, shared by registration and (later) the volumes.
+pub type Drivers = Arc<Mutex<BTreeMap<String, Driver>>>;
+
+/// A channel to the driver at `endpoint` (a unix socket), connected on first use.
+pub fn channel(endpoint: &std::path::Path) -> Channel {
+    let path = endpoint.to_owned();
+    Endpoint::from_static("http://localhost")
+        .connect_timeout(Duration::from_secs(10))
+        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                let stream = UnixStream::connect(&path).await.map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("connecting to {}: {e}", path.display()))
+                })?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }))
+}
