@@ -288,11 +288,26 @@ fn two_numa_sysfs(root: &Path) {
     }
 }
 
+/// A node on the two-NUMA fixture with the CPU manager's static policy (CPU 0
+/// reserved) and the topology manager's `policy`.
 fn topology_node(c: &Cluster, sysfs: &Path, policy: &str) -> Fixture {
     let mut opts: NodeOptions = node_options(c, &["hello"]);
-    opts.kubelet_config = format!("topologyManagerPolicy: {policy}\n");
+    opts.kubelet_config = format!(
+        "topologyManagerPolicy: {policy}\ncpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n"
+    );
     opts.wasmlet_config = format!("  sysfsRoot: {}\n", sysfs.display());
     start_with(opts)
+}
+
+/// A Guaranteed Wasm pod asking for one whole CPU and `n` widgets.
+fn cpu_and_widgets_pod(name: &str, n: u32) -> Pod {
+    let mut pod = device_pod(name, &image("hello"), None, WIDGET, n);
+    let amounts = serde_json::json!({ "cpu": "1", "memory": "32Mi", WIDGET: n.to_string() });
+    pod.spec.as_mut().unwrap().containers[0].resources = Some(
+        serde_json::from_value(serde_json::json!({ "requests": amounts, "limits": amounts }))
+            .unwrap(),
+    );
+    pod
 }
 
 #[test]
@@ -300,24 +315,35 @@ fn the_topology_manager_places_device_pods_on_one_numa_node_or_refuses_them() {
     let sysfs = tempfile::tempdir().unwrap();
     two_numa_sysfs(sysfs.path());
 
-    // single-numa-node: two widgets fit node 0 or 1; three need both.
+    // single-numa-node: one CPU and two widgets fit node 0 or 1; one CPU and three
+    // widgets need both nodes.
     let c = cluster();
     let node = topology_node(&c, sysfs.path(), "single-numa-node");
     let plugin = TestDevicePlugin::start(&device_dir(&node), "widget", WIDGET, four_widgets())
         .expect("the device plugin starts");
     wait_amounts(&c, WIDGET, ("4", "4"));
-    c.api
-        .create(&device_pod("fits", &image("hello"), None, WIDGET, 2))
-        .unwrap();
-    wait("the fitting pod to run to completion", LONG, || {
+    c.api.create(&cpu_and_widgets_pod("fits", 2)).unwrap();
+    let fits = wait("the fitting pod to run to completion", LONG, || {
         get_pod(&c, "fits").filter(|p| phase(p) == "Succeeded")
     });
     let ids = plugin.allocations()[0].clone();
     let numa = |id: &str| id.trim_start_matches('w').parse::<u32>().unwrap() / 2;
     assert_eq!(numa(&ids[0]), numa(&ids[1]), "{ids:?} share a NUMA node");
-    c.api
-        .create(&device_pod("spans", &image("hello"), None, WIDGET, 3))
-        .unwrap();
+    // Its CPU is on the same NUMA node (CPUs 0-1 are node 0, 2-3 node 1).
+    let state = std::fs::read_to_string(node.dir().join("root").join("cpu_manager_state")).unwrap();
+    let uid = fits.metadata.uid.clone().unwrap();
+    let cpu: u32 = state
+        .split(&format!("\"{uid}\":{{\"main\":\""))
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("the pod's CPU in {state}"));
+    assert_eq!(
+        cpu / 2,
+        numa(&ids[0]),
+        "CPU {cpu} and {ids:?} on one NUMA node"
+    );
+    c.api.create(&cpu_and_widgets_pod("spans", 3)).unwrap();
     let (reason, message) = failed_with(&c, "spans");
     assert_eq!(reason, "TopologyAffinityError");
     assert_eq!(
@@ -334,9 +360,7 @@ fn the_topology_manager_places_device_pods_on_one_numa_node_or_refuses_them() {
         .expect("the device plugin starts");
     wait_amounts(&c, WIDGET, ("4", "4"));
     for (name, n) in [("fits", 2), ("spans", 3)] {
-        c.api
-            .create(&device_pod(name, &image("hello"), None, WIDGET, n))
-            .unwrap();
+        c.api.create(&cpu_and_widgets_pod(name, n)).unwrap();
         wait(&format!("{name} to run to completion"), LONG, || {
             get_pod(&c, name).filter(|p| phase(p) == "Succeeded")
         });
