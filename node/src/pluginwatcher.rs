@@ -14,10 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Endpoint, Uri};
 use wasmlet_proto::pluginregistration::v1 as api;
 use wasmlet_proto::pluginregistration::v1::registration_client::RegistrationClient;
 
@@ -73,17 +70,11 @@ pub struct PluginWatcher {
     handlers: BTreeMap<String, Arc<dyn PluginHandler>>,
 }
 
-async fn client(socket: &Path) -> Result<RegistrationClient<tonic::transport::Channel>, String> {
-    let path = socket.to_owned();
-    let channel = Endpoint::from_static("http://localhost")
-        .connect_timeout(CALL_TIMEOUT)
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }))
-        .await
-        .map_err(|e| format!("connecting to {}: {e}", socket.display()))?;
-    Ok(RegistrationClient::new(channel))
+fn client(socket: &Path) -> RegistrationClient<tonic::transport::Channel> {
+    RegistrationClient::new(wasmlet_proto::transport::unix_channel(
+        socket.to_owned(),
+        CALL_TIMEOUT,
+    ))
 }
 
 /// Which file a socket is: its inode and change time (an inode number alone can be
@@ -202,7 +193,7 @@ impl PluginWatcher {
     /// `GetInfo`, the handler's validation and registration, then
     /// `NotifyRegistrationStatus` with the outcome.
     async fn register(&self, socket: &Path) -> Result<(String, String, PathBuf), String> {
-        let mut c = client(socket).await?;
+        let mut c = client(socket);
         let mut request = tonic::Request::new(api::InfoRequest {});
         request.set_timeout(CALL_TIMEOUT);
         let info = c

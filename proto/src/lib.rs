@@ -66,6 +66,38 @@ pub mod grpc {
     }
 }
 
+/// How the node reaches the servers of these contracts: CRI runtimes, device
+/// plugins, CSI drivers and registration sockets all listen on unix sockets.
+pub mod transport {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use hyper_util::rt::TokioIo;
+    use tokio::net::UnixStream;
+    use tonic::transport::{Channel, Endpoint, Uri};
+
+    /// A gRPC channel to the unix socket at `path` that connects on first use and
+    /// again after the socket went away. A failed connection names the socket.
+    pub fn unix_channel(path: PathBuf, connect_timeout: Duration) -> Channel {
+        // The authority is not used by a unix socket; `localhost` is what the
+        // kubelet sends.
+        Endpoint::from_static("http://localhost")
+            .connect_timeout(connect_timeout)
+            .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move {
+                    let stream = UnixStream::connect(&path).await.map_err(|e| {
+                        std::io::Error::new(
+                            e.kind(),
+                            format!("connecting to {}: {e}", path.display()),
+                        )
+                    })?;
+                    Ok::<_, std::io::Error>(TokioIo::new(stream))
+                }
+            }))
+    }
+}
+
 /// Encoded `google.protobuf.FileDescriptorSet` of every `.proto` file of this
 /// crate (with the well-known types they import), as compiled by `build.rs`.
 pub const FILE_DESCRIPTOR_SET: &[u8] =

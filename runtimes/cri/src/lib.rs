@@ -35,11 +35,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
 use tokio::sync::broadcast;
 use tokio_util::sync::{CancellationToken, DropGuard};
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 use wasmlet_proto::cri::v1 as cri;
 use wasmlet_proto::cri::v1::image_service_client::ImageServiceClient;
 use wasmlet_proto::cri::v1::runtime_service_client::RuntimeServiceClient;
@@ -110,23 +108,6 @@ pub fn socket_path(endpoint: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(path))
 }
 
-/// A gRPC channel over a unix socket that connects on first use and reconnects after
-/// the socket goes away.
-fn lazy_channel(path: PathBuf, connect_timeout: Duration) -> Channel {
-    // The authority is not used by a unix socket; `localhost` is what the kubelet sends.
-    Endpoint::from_static("http://localhost")
-        .connect_timeout(connect_timeout)
-        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                let stream = UnixStream::connect(&path).await.map_err(|e| {
-                    std::io::Error::new(e.kind(), format!("connecting to {}: {e}", path.display()))
-                })?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        }))
-}
-
 /// A CRI v1 runtime (containerd, CRI-O) behind the [`Runtime`] seam.
 ///
 /// Cheap to clone; clones share the connection and the event task, which stops when
@@ -163,11 +144,12 @@ impl CriRuntime {
             Some(endpoint) => socket_path(endpoint)?,
             None => runtime_path.clone(),
         };
-        let runtime_channel = lazy_channel(runtime_path.clone(), config.request_timeout);
+        let runtime_channel =
+            wasmlet_proto::transport::unix_channel(runtime_path.clone(), config.request_timeout);
         let image_channel = if image_path == runtime_path {
             runtime_channel.clone()
         } else {
-            lazy_channel(image_path, config.request_timeout)
+            wasmlet_proto::transport::unix_channel(image_path, config.request_timeout)
         };
         let runtime = RuntimeServiceClient::new(runtime_channel)
             .max_decoding_message_size(MAX_MESSAGE_SIZE)

@@ -6,9 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint as TonicEndpoint, Uri};
+use tonic::transport::Channel;
 use wasmlet_proto::deviceplugin::v1beta1 as api;
 use wasmlet_proto::deviceplugin::v1beta1::device_plugin_client::DevicePluginClient;
 
@@ -51,21 +49,8 @@ pub struct GrpcEndpoint {
 impl GrpcEndpoint {
     /// A client for the plugin at `socket`; it connects on first use.
     pub fn new(socket: PathBuf, options: api::DevicePluginOptions) -> Self {
-        let path = socket.clone();
-        let channel = TonicEndpoint::from_static("http://localhost")
-            .connect_timeout(Duration::from_secs(10))
-            .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move {
-                    let stream = UnixStream::connect(&path).await.map_err(|e| {
-                        std::io::Error::new(
-                            e.kind(),
-                            format!("connecting to {}: {e}", path.display()),
-                        )
-                    })?;
-                    Ok::<_, std::io::Error>(TokioIo::new(stream))
-                }
-            }));
+        let channel =
+            wasmlet_proto::transport::unix_channel(socket.clone(), Duration::from_secs(10));
         GrpcEndpoint {
             socket,
             options,

@@ -10,9 +10,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 /// The plugin type CSI drivers register with (`pluginregistration.CSIPlugin`).
 pub const PLUGIN_TYPE: &str = "CSIPlugin";
@@ -31,16 +29,5 @@ pub type Drivers = Arc<Mutex<BTreeMap<String, Driver>>>;
 
 /// A channel to the driver at `endpoint` (a unix socket), connected on first use.
 pub fn channel(endpoint: &std::path::Path) -> Channel {
-    let path = endpoint.to_owned();
-    Endpoint::from_static("http://localhost")
-        .connect_timeout(Duration::from_secs(10))
-        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                let stream = UnixStream::connect(&path).await.map_err(|e| {
-                    std::io::Error::new(e.kind(), format!("connecting to {}: {e}", path.display()))
-                })?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        }))
+    wasmlet_proto::transport::unix_channel(endpoint.to_owned(), Duration::from_secs(10))
 }
