@@ -294,15 +294,9 @@ pub struct TestCsiDriver {
 impl TestCsiDriver {
     /// Serves on `<registry>/<name>.sock`.
     pub fn start(registry: &Path, options: CsiDriverOptions) -> anyhow::Result<Self> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()?;
-        std::fs::create_dir_all(registry)?;
+        let runtime = crate::grpc::runtime()?;
         let socket = registry.join(format!("{}.sock", options.name));
-        let _ = std::fs::remove_file(&socket);
-        let listener = std::os::unix::net::UnixListener::bind(&socket)?;
-        listener.set_nonblocking(true)?;
+        let listener = crate::grpc::bind(&socket)?;
         let data = tempfile::Builder::new().prefix("wasmlet-csi-").tempdir()?;
         let shared = Arc::new(Shared {
             options,
@@ -312,21 +306,14 @@ impl TestCsiDriver {
             statuses: Mutex::new(Vec::new()),
         });
         let driver = Driver(shared.clone());
-        runtime.spawn(async move {
-            let Ok(listener) = tokio::net::UnixListener::from_std(listener) else {
-                return;
-            };
-            let incoming = futures::stream::unfold(listener, |l| async move {
-                let conn = l.accept().await.map(|(s, _)| s);
-                Some((conn, l))
-            });
-            let _ = tonic::transport::Server::builder()
+        crate::grpc::serve(
+            &runtime,
+            listener,
+            tonic::transport::Server::builder()
                 .add_service(IdentityServer::new(driver.clone()))
                 .add_service(NodeServer::new(driver.clone()))
-                .add_service(RegistrationServer::new(driver))
-                .serve_with_incoming(incoming)
-                .await;
-        });
+                .add_service(RegistrationServer::new(driver)),
+        );
         Ok(TestCsiDriver {
             shared,
             runtime: Some(runtime),

@@ -282,15 +282,9 @@ impl TestDevicePlugin {
         devices: Vec<TestDevice>,
         watched: bool,
     ) -> anyhow::Result<Self> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()?;
-        std::fs::create_dir_all(dir)?;
+        let runtime = crate::grpc::runtime()?;
         let socket = dir.join(format!("{name}.sock"));
-        let _ = std::fs::remove_file(&socket);
-        let listener = std::os::unix::net::UnixListener::bind(&socket)?;
-        listener.set_nonblocking(true)?;
+        let listener = crate::grpc::bind(&socket)?;
         let (tx, _) = watch::channel(devices);
         let shared = Arc::new(Shared {
             devices: tx,
@@ -305,20 +299,13 @@ impl TestDevicePlugin {
                 shared: shared.clone(),
             })
         });
-        runtime.spawn(async move {
-            let Ok(listener) = tokio::net::UnixListener::from_std(listener) else {
-                return;
-            };
-            let incoming = futures::stream::unfold(listener, |l| async move {
-                let conn = l.accept().await.map(|(s, _)| s);
-                Some((conn, l))
-            });
-            let _ = tonic::transport::Server::builder()
+        crate::grpc::serve(
+            &runtime,
+            listener,
+            tonic::transport::Server::builder()
                 .add_service(DevicePluginServer::new(plugin))
-                .add_optional_service(info)
-                .serve_with_incoming(incoming)
-                .await;
-        });
+                .add_optional_service(info),
+        );
         Ok(TestDevicePlugin {
             shared,
             socket,

@@ -16,6 +16,7 @@ pub mod csidriver;
 pub mod dbus;
 pub mod deviceplugin;
 pub mod fake_runtime;
+pub mod grpc;
 pub mod health;
 pub mod images;
 pub mod node;
