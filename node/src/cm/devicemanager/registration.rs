@@ -84,32 +84,18 @@ async fn run_endpoint(manager: DeviceManager, resource: String, endpoint: GrpcEn
     };
     let generation = manager.connect(&resource, Arc::new(endpoint));
     let cancel = manager.cancel_token();
-    let why = match Ok::<_, tonic::Status>(response) {
-        Err(s) => format!(
-            "ListAndWatch on {}: {}: {}",
-            socket.display(),
-            s.code(),
-            s.message()
-        ),
-        Ok(response) => {
-            let mut stream = response.into_inner();
-            loop {
-                let next = tokio::select! {
-                    () = cancel.cancelled() => return,
-                    next = stream.message() => next,
-                };
-                match next {
-                    Ok(Some(answer)) => {
-                        manager.update_devices(
-                            &resource,
-                            generation,
-                            devices_from_plugin(answer.devices),
-                        );
-                    }
-                    Ok(None) => break "the ListAndWatch stream ended".to_owned(),
-                    Err(s) => break format!("ListAndWatch: {}: {}", s.code(), s.message()),
-                }
+    let mut stream = response.into_inner();
+    let why = loop {
+        let next = tokio::select! {
+            () = cancel.cancelled() => return,
+            next = stream.message() => next,
+        };
+        match next {
+            Ok(Some(answer)) => {
+                manager.update_devices(&resource, generation, devices_from_plugin(answer.devices));
             }
+            Ok(None) => break "the ListAndWatch stream ended".to_owned(),
+            Err(s) => break format!("ListAndWatch: {}: {}", s.code(), s.message()),
         }
     };
     manager.disconnected(&resource, generation, &why);
