@@ -2,7 +2,7 @@
 //! changed or every `nodeStatusReportFrequency` (5 min), as the kubelet does. A Node
 //! that was deleted is registered again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,39 +38,26 @@ pub struct StatusInputs {
     pub devices: Option<DeviceResources>,
 }
 
-/// The device manager's side of the status.
+/// The device plugins' side of the status: each resource's (capacity, allocatable),
+/// and a receiver that changes with them.
 #[derive(Clone)]
 pub struct DeviceResources {
-    pub capacity: Arc<dyn Fn() -> crate::cm::devicemanager::Capacity + Send + Sync>,
+    pub amounts: Arc<dyn Fn() -> BTreeMap<String, (i64, i64)> + Send + Sync>,
     pub changes: tokio::sync::watch::Receiver<u64>,
 }
 
-impl DeviceResources {
-    pub fn of(devices: &crate::cm::devicemanager::DeviceManager) -> Self {
-        let d = devices.clone();
-        DeviceResources {
-            capacity: Arc::new(move || d.capacity()),
-            changes: devices.subscribe(),
-        }
-    }
-}
-
-/// Adds the device plugins' resources to `status` (removed ones at 0, as the kubelet).
-pub fn add_device_resources(status: &mut NodeStatus, cap: &crate::cm::devicemanager::Capacity) {
+/// Adds the device plugins' resources, (capacity, allocatable) by name, to `status`.
+pub fn add_device_resources(status: &mut NodeStatus, amounts: &BTreeMap<String, (i64, i64)>) {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    let capacity = status.capacity.get_or_insert_with(Default::default);
-    for (name, n) in &cap.capacity {
-        capacity.insert(name.clone(), Quantity(n.to_string()));
-    }
-    for name in &cap.removed {
-        capacity.insert(name.clone(), Quantity("0".into()));
-    }
-    let allocatable = status.allocatable.get_or_insert_with(Default::default);
-    for (name, n) in &cap.allocatable {
-        allocatable.insert(name.clone(), Quantity(n.to_string()));
-    }
-    for name in &cap.removed {
-        allocatable.insert(name.clone(), Quantity("0".into()));
+    for (name, (capacity, allocatable)) in amounts {
+        status
+            .capacity
+            .get_or_insert_with(Default::default)
+            .insert(name.clone(), Quantity(capacity.to_string()));
+        status
+            .allocatable
+            .get_or_insert_with(Default::default)
+            .insert(name.clone(), Quantity(allocatable.to_string()));
     }
 }
 
@@ -192,7 +179,7 @@ impl NodeStatusLoop {
         ));
         status.images = Some(images((self.inputs.images)().await));
         if let Some(devices) = &self.inputs.devices {
-            add_device_resources(&mut status, &(devices.capacity)());
+            add_device_resources(&mut status, &(devices.amounts)());
         }
         status
     }

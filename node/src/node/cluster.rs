@@ -214,7 +214,10 @@ fn status_inputs(health: Health, router: RuntimeRouter) -> StatusInputs {
         devices,
     } = health;
     StatusInputs {
-        devices: Some(crate::cluster::node_status::DeviceResources::of(&devices)),
+        devices: Some(crate::cluster::node_status::DeviceResources {
+            changes: devices.subscribe(),
+            amounts: Arc::new(move || devices.capacity().per_resource()),
+        }),
         pressure: Arc::new(move || pressure.conditions()),
         nudge: Some(shutdown.subscribe()),
         readiness: Arc::new(move || {

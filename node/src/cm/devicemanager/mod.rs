@@ -68,6 +68,25 @@ pub struct Capacity {
     pub removed: Vec<String>,
 }
 
+impl Capacity {
+    /// (capacity, allocatable) by resource, as the Node shows them: a removed
+    /// resource at (0, 0), as the kubelet zeroes it.
+    pub fn per_resource(&self) -> BTreeMap<String, (i64, i64)> {
+        let mut out: BTreeMap<String, (i64, i64)> = self
+            .capacity
+            .iter()
+            .map(|(name, n)| {
+                let allocatable = self.allocatable.get(name).copied().unwrap_or(0);
+                (name.clone(), (*n, allocatable))
+            })
+            .collect();
+        for name in &self.removed {
+            out.insert(name.clone(), (0, 0));
+        }
+        out
+    }
+}
+
 /// What a container gets from its devices at start.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RunOptions {

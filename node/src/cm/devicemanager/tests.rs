@@ -364,6 +364,8 @@ fn a_plugin_gone_past_the_grace_period_is_removed_from_the_node() {
     let cap = m.capacity();
     assert_eq!(cap.removed, [WIDGET]);
     assert!(!cap.capacity.contains_key(WIDGET));
+    // The Node shows it at 0.
+    assert_eq!(cap.per_resource()[WIDGET], (0, 0));
     // Every report says so (whoever asked first), until a plugin registers it again.
     assert_eq!(m.admission_allocatable().get(WIDGET), None);
     assert_eq!(m.capacity().removed, [WIDGET]);
