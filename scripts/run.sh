@@ -55,7 +55,9 @@ while :; do
   echo "=== $(date +%T)"
   "$wasmlet" get pods --server "127.0.0.1:$port"
   for dir in "$demo"/pods/*/*/; do
-    log=$(ls -t "$dir"*.log 2>/dev/null | head -n 1)
+    # A container's logs go with it when container GC removes it: an empty directory
+    # is skipped, not an error.
+    log=$(ls -t "$dir"*.log 2>/dev/null | head -n 1 || true)
     [ -n "$log" ] || continue
     pod=$(basename "$(dirname "$dir")" | cut -d_ -f2)
     tail -n 2 "$log" | sed "s|^|  $pod/$(basename "$dir") #$(basename "$log" .log): |"

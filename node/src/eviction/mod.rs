@@ -353,17 +353,22 @@ impl EvictionManager {
             .map(|c| format!("{} ({:?} of {})", full_name(c.pod), c.usage, c.request))
             .collect();
         tracing::info!(pods = ?ranked, "eviction: pods ranked for eviction");
+        let mut evicted = false;
         for c in candidates {
             if rank::is_critical(c.pod) {
-                tracing::debug!(pod = %full_name(c.pod), "eviction: a critical pod is not evicted");
+                tracing::info!(pod = %full_name(c.pod), "eviction: cannot evict a critical (static, mirror or system-critical) pod");
                 continue;
             }
             let quantity = observed.map(|o| (threshold.quantity(o.capacity), o.available));
             let message = rank::message(resource, quantity, c.pod, stats_of(c.pod));
             let grace = grace_period(threshold, c.pod, self.config.max_pod_grace_period);
             if self.evict(c.pod, grace, message, cancel).await {
+                evicted = true;
                 break;
             }
+        }
+        if !evicted {
+            tracing::warn!(signal = %threshold.signal, "eviction: unable to evict any pod from the node");
         }
         Some(observations)
     }
