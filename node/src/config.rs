@@ -303,6 +303,8 @@ struct WasmletSection {
     sysfs_root: Option<PathBuf>,
     /// How often Wasm device adapters are asked for their devices (10 s).
     device_adapter_period: Option<String>,
+    /// How long one CSI call may take (the kubelet's fixed `csiTimeout`, 2 m).
+    csi_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -426,6 +428,8 @@ pub struct NodeConfig {
     /// How long a volume's measured disk usage is reused (`volumeStatsAggPeriod`,
     /// 1m); zero measures no volume.
     pub volume_stats_agg_period: Duration,
+    /// How long one CSI call may take (`wasmlet.csiTimeout`, the kubelet's 2 m).
+    pub csi_timeout: Duration,
 }
 
 /// Container log rotation: `containerLogMaxSize`, `containerLogMaxFiles`,
@@ -539,6 +543,12 @@ impl NodeFlags {
         };
         let network = self.network(&section);
         let devices = sections::devices(&file, &section, &mut errors);
+        let csi_timeout = sections::duration_of(
+            &mut errors,
+            "wasmlet.csiTimeout",
+            section.csi_timeout.as_ref(),
+            crate::volumes::csi::CSI_TIMEOUT,
+        );
         let (plugins, runtime_handlers) =
             sections::wasmlet_section(section, cri.is_some(), &mut errors);
         let cluster = self.cluster(&file, &timing, &mut errors);
@@ -597,6 +607,7 @@ impl NodeFlags {
             node_api,
             container_logs,
             volume_stats_agg_period: timing.volume_stats_agg_period,
+            csi_timeout,
         })
     }
 }

@@ -13,7 +13,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::quantity;
@@ -165,6 +168,37 @@ pub trait ObjectSource: Send + Sync {
         audiences: Vec<String>,
         expiration_seconds: i64,
     ) -> Result<(String, jiff::Timestamp), String>;
+
+    /// What a CSI volume is set up from: the claim, its bound volume, the driver's
+    /// `CSIDriver` object and, for drivers that attach, the `VolumeAttachment`. A
+    /// node without an API server has none of them.
+    async fn persistent_volume_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<PersistentVolumeClaim>, String> {
+        Err(format!(
+            "PersistentVolumeClaim {namespace}/{name} cannot be read: this node has no API server"
+        ))
+    }
+
+    async fn persistent_volume(&self, name: &str) -> Result<Option<PersistentVolume>, String> {
+        Err(format!(
+            "PersistentVolume {name} cannot be read: this node has no API server"
+        ))
+    }
+
+    async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>, String> {
+        Err(format!(
+            "CSIDriver {name} cannot be read: this node has no API server"
+        ))
+    }
+
+    async fn volume_attachment(&self, name: &str) -> Result<Option<VolumeAttachment>, String> {
+        Err(format!(
+            "VolumeAttachment {name} cannot be read: this node has no API server"
+        ))
+    }
 }
 
 /// A standalone node has no ConfigMaps or Secrets to read.

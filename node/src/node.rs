@@ -148,6 +148,8 @@ struct Managers {
     api_client: Option<kube::Client>,
     /// The registered CSI drivers.
     csi_drivers: crate::volumes::csi::Drivers,
+    /// The pods' CSI volumes (the Node's `volumesInUse`).
+    csi_volumes: Arc<crate::volumes::csi::CsiVolumes>,
 }
 
 /// An HTTP server, bound when the node runs.
@@ -484,6 +486,14 @@ async fn managers(
     if let Some(cm) = &container_manager {
         syncer = syncer.with_cgroups(cm.clone());
     }
+    let csi_drivers = crate::volumes::csi::Drivers::default();
+    let csi_volumes = Arc::new(crate::volumes::csi::CsiVolumes::new(
+        csi_drivers.clone(),
+        config.root_dir.clone(),
+        config.node_name.clone(),
+        config.csi_timeout,
+    ));
+    syncer = syncer.with_csi(csi_volumes.clone());
     let stats = Arc::new(node_api::stats_provider(
         config,
         container_manager.as_deref(),
@@ -551,7 +561,8 @@ async fn managers(
         topology,
         cpus,
         api_client: api.map(|a| a.client.clone()),
-        csi_drivers: Default::default(),
+        csi_drivers,
+        csi_volumes,
     })
 }
 
@@ -878,6 +889,7 @@ async fn pod_sources(
                 pressure: managers.pressure.clone(),
                 shutdown: managers.shutdown_state.clone(),
                 devices: managers.devices.clone(),
+                csi: managers.csi_volumes.clone(),
             };
             Some(
                 cluster::Membership::build(

@@ -86,6 +86,8 @@ pub struct PodSyncer {
     pub(crate) devices: Option<crate::cm::devicemanager::DeviceManager>,
     /// The CPU manager's static policy: each container's cpuset.
     pub(crate) cpus: Option<crate::cm::cpumanager::CpuManager>,
+    /// Stages and publishes the pods' CSI volumes.
+    pub(crate) csi: Option<Arc<crate::volumes::csi::CsiVolumes>>,
 }
 
 /// Removes a container instance the pod no longer keeps; one already gone is fine,
@@ -160,6 +162,7 @@ impl PodSyncer {
             node_keyring: None,
             devices: None,
             cpus: None,
+            csi: None,
         }
     }
 
@@ -279,6 +282,12 @@ impl PodSyncer {
         self
     }
 
+    /// Sets up the pods' CSI volumes through `csi`.
+    pub fn with_csi(mut self, csi: Arc<crate::volumes::csi::CsiVolumes>) -> Self {
+        self.csi = Some(csi);
+        self
+    }
+
     /// Reads ConfigMaps and Secrets for environments from `objects`.
     pub fn with_objects(mut self, objects: Arc<dyn crate::env::ObjectSource>) -> Self {
         self.objects = objects;
@@ -338,11 +347,16 @@ impl PodSyncer {
             if live.contains(&name) {
                 continue;
             }
+            // CSI volumes are unpublished (and unstaged) by their drivers first, in
+            // the background; the directory goes once they are.
+            if let Some(csi) = &self.csi
+                && csi.tear_down_in_background(entry.path())
+            {
+                continue;
+            }
             tracing::info!(pod_uid = %name, "removing the directory of a pod that is gone");
             crate::volumes::tear_down(&entry.path());
-            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
-                tracing::warn!(pod_uid = %name, "removing {}: {e}", entry.path().display());
-            }
+            crate::volumes::remove_pod_dir(&entry.path());
         }
     }
 
@@ -661,9 +675,10 @@ impl PodSyncer {
                 tracing::warn!(pod = %full_name(pod), "stopping the sandbox of a finished pod: {e}");
             }
             sb.ready = false;
-            // Its tmpfs volumes are released with it; the files of disk volumes stay
-            // until the pod is removed.
+            // Its tmpfs and CSI volumes are released with it; the files of disk
+            // volumes stay until the pod is removed.
             if let Some(dir) = &self.pods_dir {
+                self.tear_down_csi(pod, &dir.join(uid(pod))).await;
                 crate::volumes::tear_down(&dir.join(uid(pod)));
             }
             // Nothing runs in its cgroup any more: it goes, and the pod stops counting
@@ -921,14 +936,17 @@ impl PodSyncer {
         }
         if let Some(dir) = &self.pods_dir {
             let pod_dir = dir.join(uid(pod));
+            // A CSI volume that could not be unpublished keeps the directory (and its
+            // data) for housekeeping to try again.
+            let csi_done = self.tear_down_csi(pod, &pod_dir).await;
             crate::volumes::tear_down(&pod_dir);
             // Kept while its cgroup is: housekeeping tries again through it. Its
             // volumes' contents go now either way, so what they held (an emptyDir an
             // evicted pod filled) is freed at once.
-            if cgroup_removed {
-                let _ = std::fs::remove_dir_all(&pod_dir);
-            } else {
-                let _ = std::fs::remove_dir_all(crate::volumes::volumes_dir(&pod_dir));
+            if cgroup_removed && csi_done {
+                crate::volumes::remove_pod_dir(&pod_dir);
+            } else if csi_done {
+                crate::volumes::remove_pod_dir(&crate::volumes::volumes_dir(&pod_dir));
             }
         }
         let prefix = format!("{}/", uid(pod));
@@ -938,6 +956,20 @@ impl PodSyncer {
             .lock()
             .unwrap()
             .retain(|k, _| !k.starts_with(&prefix));
+    }
+
+    /// Unpublishes (and unstages) the pod's CSI volumes; `false`, with a
+    /// `FailedUnmount` event, when one could not be.
+    async fn tear_down_csi(&self, pod: &Pod, pod_dir: &std::path::Path) -> bool {
+        let Some(csi) = &self.csi else { return true };
+        match csi.tear_down(pod_dir).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(pod = %full_name(pod), "{e}");
+                self.events.pod(pod, None, WARNING, "FailedUnmount", e);
+                false
+            }
+        }
     }
 
     /// Sets up the pod's volumes not set up yet, and refreshes the content volumes
@@ -972,6 +1004,7 @@ impl PodSyncer {
             memory_limit: limit,
             objects: &*self.objects,
             allocatable: &self.allocatable,
+            csi: self.csi.as_deref(),
         };
         let all_set_up = spec
             .iter()

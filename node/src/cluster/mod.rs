@@ -291,6 +291,47 @@ impl crate::env::ObjectSource for ApiObjects {
         })
     }
 
+    async fn persistent_volume_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::core::v1::PersistentVolumeClaim>, String> {
+        kube::Api::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("failed to fetch PVC from API server: {e}"))
+    }
+
+    async fn persistent_volume(
+        &self,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::core::v1::PersistentVolume>, String> {
+        kube::Api::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("failed to fetch PV {name} from API server: {e}"))
+    }
+
+    async fn csi_driver(
+        &self,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::storage::v1::CSIDriver>, String> {
+        kube::Api::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading CSIDriver {name}: {e}"))
+    }
+
+    async fn volume_attachment(
+        &self,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::storage::v1::VolumeAttachment>, String> {
+        kube::Api::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading VolumeAttachment {name}: {e}"))
+    }
+
     async fn service_account_token(
         &self,
         pod: &Pod,

@@ -36,6 +36,9 @@ pub struct StatusInputs {
     /// capacity and allocatable (a resource whose plugin is gone for good at 0), and
     /// a receiver that changes with them.
     pub devices: Option<DeviceResources>,
+    /// The unique names of the volumes staged on the node (`status.volumesInUse`: the
+    /// attach/detach controller does not detach those).
+    pub volumes_in_use: Option<Arc<dyn Fn() -> Vec<String> + Send + Sync>>,
 }
 
 /// The device plugins' side of the status: each resource's (capacity, allocatable),
@@ -181,6 +184,9 @@ impl NodeStatusLoop {
         if let Some(devices) = &self.inputs.devices {
             add_device_resources(&mut status, &(devices.amounts)());
         }
+        if let Some(in_use) = &self.inputs.volumes_in_use {
+            status.volumes_in_use = Some(in_use()).filter(|v| !v.is_empty());
+        }
         status
     }
 
@@ -315,6 +321,8 @@ pub fn differs(api: &NodeStatus, ours: &NodeStatus) -> bool {
         || api.images != ours.images
         || api.daemon_endpoints != ours.daemon_endpoints
         || api.runtime_handlers != ours.runtime_handlers
+        || api.volumes_in_use.as_deref().unwrap_or_default()
+            != ours.volumes_in_use.as_deref().unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -170,6 +170,10 @@ pub fn status_patch(status: &NodeStatus) -> serde_json::Value {
     if let Some(serde_json::Value::Array(items)) = v.get_mut("addresses") {
         items.insert(0, serde_json::json!({ "$patch": "replace" }));
     }
+    // No volume in use any more: the list goes (a patch without it would keep it).
+    if let Some(map) = v.as_object_mut() {
+        map.entry("volumesInUse").or_insert(serde_json::Value::Null);
+    }
     serde_json::json!({ "status": v })
 }
 

@@ -68,6 +68,7 @@ async fn lease_renews_every_ten_seconds_and_status_is_written_on_change_or_every
         },
         images: Arc::new(|| Box::pin(async { Vec::new() })),
         devices: None,
+        volumes_in_use: None,
     };
     tokio::spawn(
         LeaseController::new(client.clone(), "n1", 40, handle.clone()).run(cancel.clone()),

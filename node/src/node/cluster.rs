@@ -35,6 +35,8 @@ pub(super) struct Health {
     pub shutdown: crate::shutdown::ShutdownState,
     /// The device plugins' resources.
     pub devices: crate::cm::devicemanager::DeviceManager,
+    /// The CSI volumes staged on the node.
+    pub csi: Arc<crate::volumes::csi::CsiVolumes>,
 }
 
 /// The node's parts the cluster's tasks share.
@@ -212,8 +214,10 @@ fn status_inputs(health: Health, router: RuntimeRouter) -> StatusInputs {
         pressure,
         shutdown,
         devices,
+        csi,
     } = health;
     StatusInputs {
+        volumes_in_use: Some(Arc::new(move || csi.volumes_in_use())),
         devices: Some(crate::cluster::node_status::DeviceResources {
             changes: devices.subscribe(),
             amounts: Arc::new(move || devices.capacity().per_resource()),

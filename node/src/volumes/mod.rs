@@ -36,6 +36,8 @@ pub struct HostVolume {
     pub content: bool,
     /// When its service account token should be requested again.
     pub renew_token_at: Option<jiff::Timestamp>,
+    /// Mounted read-only for every container (a `readOnly` claim or CSI volume).
+    pub read_only: bool,
 }
 
 /// What the volumes are set up with besides the pod.
@@ -45,6 +47,8 @@ pub struct SetUpContext<'a> {
     pub memory_limit: Option<u64>,
     pub objects: &'a dyn ObjectSource,
     pub allocatable: &'a BTreeMap<String, Quantity>,
+    /// Stages and publishes CSI volumes; `None` refuses them.
+    pub csi: Option<&'a csi::CsiVolumes>,
 }
 
 /// Sets up the volumes of `pod` under `pod_dir` that are not in `done` yet (a volume
@@ -62,9 +66,20 @@ pub async fn set_up(
             out.push(existing.clone());
             continue;
         }
-        let host = set_up_one(pod, v, pod_dir, ctx)
-            .await
-            .map_err(|e| format!("MountVolume.SetUp failed for volume {:?} : {e}", v.name))?;
+        let host = if csi::volumes::is_csi(v) {
+            // Its errors are the kubelet's whole event text already.
+            let Some(csi) = ctx.csi else {
+                return Err(format!(
+                    "MountVolume.SetUp failed for volume {:?} : this node has no CSI volume support configured",
+                    v.name
+                ));
+            };
+            csi.set_up(pod, v, pod_dir, ctx.objects).await?
+        } else {
+            set_up_one(pod, v, pod_dir, ctx)
+                .await
+                .map_err(|e| format!("MountVolume.SetUp failed for volume {:?} : {e}", v.name))?
+        };
         out.push((v.name.clone(), host));
     }
     Ok(out)
@@ -123,6 +138,7 @@ async fn set_up_one(
             is_dir: true,
             content: true,
             renew_token_at: rendered.refresh_token_at,
+            read_only: false,
         });
     }
     let memory_limit = ctx.memory_limit;
@@ -153,6 +169,7 @@ async fn set_up_one(
             is_dir: true,
             content: false,
             renew_token_at: None,
+            read_only: false,
         });
     }
     if let Some(hp) = &v.host_path {
@@ -168,7 +185,7 @@ async fn set_up_one(
         })
         .unwrap_or_else(|| "(none)".into());
     Err(format!(
-        "volume type {kind} is not supported by this node yet (emptyDir, hostPath, configMap, secret, downwardAPI and projected are)"
+        "volume type {kind} is not supported by this node yet (emptyDir, hostPath, configMap, secret, downwardAPI, projected, persistentVolumeClaim, ephemeral and csi are)"
     ))
 }
 
@@ -241,7 +258,62 @@ fn host_path(path: &Path, kind: &str) -> Result<HostVolume, String> {
         is_dir: meta().map(|m| m.is_dir()).unwrap_or(true),
         content: false,
         renew_token_at: None,
+        read_only: false,
     })
+}
+
+/// Every mount point of this mount namespace (`/proc/self/mountinfo`, octal escapes
+/// undone).
+pub fn mount_points() -> Vec<PathBuf> {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    table
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| PathBuf::from(unescape_mount_path(p)))
+        .collect()
+}
+
+fn unescape_mount_path(p: &str) -> String {
+    let b = p.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Removes a pod's directory unless something is still mounted under it (a volume
+/// whose teardown failed): removing through a mount would delete the volume's data.
+pub fn remove_pod_dir(pod_dir: &Path) -> bool {
+    let canonical = std::fs::canonicalize(pod_dir).unwrap_or_else(|_| pod_dir.to_owned());
+    if let Some(m) = mount_points().iter().find(|m| m.starts_with(&canonical)) {
+        tracing::warn!(
+            dir = %pod_dir.display(),
+            "not removing the directory of a pod: {} is still mounted",
+            m.display()
+        );
+        return false;
+    }
+    match std::fs::remove_dir_all(pod_dir) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+        Err(e) => {
+            tracing::warn!("removing {}: {e}", pod_dir.display());
+            false
+        }
+    }
 }
 
 fn is_mount_point(path: &Path) -> bool {
@@ -280,6 +352,10 @@ pub fn tear_down(pod_dir: &Path) {
         return;
     };
     for plugin in plugins.flatten() {
+        // CSI volumes are unmounted by their drivers (`csi::CsiVolumes::tear_down`).
+        if plugin.file_name() == csi::volumes::PLUGIN_DIR {
+            continue;
+        }
         let Ok(entries) = std::fs::read_dir(plugin.path()) else {
             continue;
         };
@@ -393,7 +469,7 @@ pub fn container_mounts(
         out.push(wasmlet_runtime::Mount {
             container_path: m.mount_path.clone(),
             host_path,
-            readonly: m.read_only.unwrap_or(false),
+            readonly: m.read_only.unwrap_or(false) || vol.read_only,
         });
     }
     Ok(out)
@@ -477,6 +553,7 @@ mod tests {
             memory_limit,
             objects,
             allocatable: &allocatable,
+            csi: None,
         };
         set_up(p, dir, &[], &ctx).await
     }
@@ -718,6 +795,7 @@ mod tests {
             memory_limit: None,
             objects: &objects,
             allocatable: &allocatable,
+            csi: None,
         };
         refresh(&p, &mut vols, &ctx).await.unwrap();
         assert_eq!(read(&vols[1].1.path, "color"), "green");

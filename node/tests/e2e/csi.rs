@@ -1,14 +1,165 @@
 //! CSI in a real node: a driver the testkit runs (a real gRPC server in the node's
 //! `plugins_registry`) registers; the node asks it `NodeGetInfo` and publishes what
 //! it says in the `CSINode` object and on the Node, and takes it off again when the
-//! driver goes.
+//! driver goes. Pods' PersistentVolumeClaims, generic ephemeral and inline CSI
+//! volumes are staged and published through it, for busybox pods in a real
+//! containerd and for Wasm pods, and torn down in the CSI order.
 
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::storage::v1::CSINode;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, VolumeAttachment};
+use sha2::Digest as _;
+use wasmlet_testkit::containerd::{Containerd, images::BUSYBOX_IMAGE};
 use wasmlet_testkit::csidriver::{CsiDriverOptions, TestCsiDriver};
 
-use crate::cluster::{NODE, cluster, node_options, wait};
+use crate::cluster::{Cluster, NODE, cluster, node_options, pod_with_spec, wait};
 use crate::*;
+
+const HOSTPATH: &str = "hostpath.csi.example.com";
+
+fn registry(node: &Fixture) -> std::path::PathBuf {
+    node.dir().join("root").join("plugins_registry")
+}
+
+/// Starts `options` in the node's registry and waits for its CSINode entry.
+fn driver(c: &Cluster, node: &Fixture, options: CsiDriverOptions) -> TestCsiDriver {
+    let name = options.name.clone();
+    let d = TestCsiDriver::start(&registry(node), options).expect("the driver starts");
+    wait(&format!("{name} to register"), LONG, || {
+        c.api
+            .get::<CSINode>(None, NODE)
+            .filter(|n| n.spec.drivers.iter().any(|d| d.name == name))
+    });
+    d
+}
+
+fn csidriver(c: &Cluster, name: &str, spec: serde_json::Value) {
+    let d: CSIDriver = serde_json::from_value(serde_json::json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    c.api.create(&d).unwrap();
+}
+
+/// A claim `claim` bound to the PV `pv` of `driver`'s volume `handle`, as the PV
+/// controller leaves them; `owner` is the pod a generic ephemeral claim belongs to.
+fn bound_claim(
+    c: &Cluster,
+    claim: &str,
+    pv: &str,
+    driver: &str,
+    handle: &str,
+    owner: Option<&Pod>,
+) {
+    let owners: Vec<serde_json::Value> = owner
+        .map(|p| {
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod", "controller": true, "blockOwnerDeletion": true,
+                "name": p.metadata.name, "uid": p.metadata.uid,
+            })
+        })
+        .into_iter()
+        .collect();
+    let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim, "namespace": "default", "ownerReferences": owners},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, "volumeName": pv},
+        "status": {"phase": "Bound"},
+    }))
+    .unwrap();
+    let pvc = c.api.create(&pvc).unwrap();
+    let volume: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": pv},
+        "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "claimRef": {"namespace": "default", "name": claim, "uid": pvc.metadata.uid},
+            "csi": {"driver": driver, "volumeHandle": handle},
+        },
+        "status": {"phase": "Bound"},
+    }))
+    .unwrap();
+    c.api.create(&volume).unwrap();
+}
+
+fn get_pod(c: &Cluster, name: &str) -> Option<Pod> {
+    c.api.get::<Pod>(Some("default"), name)
+}
+
+/// A pod mounting `volume` at `path`: busybox running `script`, or the Wasm `hello`
+/// with `env`.
+fn volume_pod(name: &str, volume: serde_json::Value, path: &str, run: Run<'_>) -> Pod {
+    let mount = serde_json::json!([{"name": volume["name"], "mountPath": path}]);
+    let (container, policy) = match run {
+        Run::Busybox(script, policy) => (
+            serde_json::json!({
+                "name": "main", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                "command": ["sh", "-c", script], "volumeMounts": mount,
+            }),
+            policy,
+        ),
+        Run::Wasm(env) => (
+            serde_json::json!({
+                "name": "main", "image": image("hello"), "imagePullPolicy": "IfNotPresent",
+                "env": env.iter().map(|(k, v)| serde_json::json!({"name": k, "value": v})).collect::<Vec<_>>(),
+                "volumeMounts": mount,
+            }),
+            "Never",
+        ),
+    };
+    pod_with_spec(
+        name,
+        serde_json::json!({
+            "nodeName": NODE, "restartPolicy": policy, "terminationGracePeriodSeconds": 1,
+            "containers": [container], "volumes": [volume],
+        }),
+    )
+}
+
+enum Run<'a> {
+    Busybox(&'a str, &'a str),
+    Wasm(&'a [(&'a str, &'a str)]),
+}
+
+fn claim_volume(claim: &str) -> serde_json::Value {
+    serde_json::json!({"name": "data", "persistentVolumeClaim": {"claimName": claim}})
+}
+
+fn count(calls: &[String], prefix: &str) -> usize {
+    calls.iter().filter(|c| c.starts_with(prefix)).count()
+}
+
+/// The messages of the pod's events with `reason`.
+fn events(c: &Cluster, pod: &str, reason: &str) -> Vec<String> {
+    c.api
+        .list::<Event>(Some("default"))
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(pod) && e.reason.as_deref() == Some(reason)
+        })
+        .filter_map(|e| e.message)
+        .collect()
+}
+
+fn succeeded(c: &Cluster, name: &str) -> Pod {
+    wait(&format!("{name} to succeed"), LONG, || {
+        get_pod(c, name).filter(|p| phase(p) == "Succeeded")
+    })
+}
+
+fn volumes_in_use(c: &Cluster) -> Vec<String> {
+    c.api
+        .get::<Node>(None, NODE)
+        .and_then(|n| n.status?.volumes_in_use)
+        .unwrap_or_default()
+}
+
+fn sha256_hex(s: &str) -> String {
+    hex::encode(sha2::Sha256::digest(s.as_bytes()))
+}
 
 const NODE_ID: &str = "csi.volume.kubernetes.io/nodeid";
 
@@ -85,5 +236,387 @@ fn a_csi_driver_registers_into_the_csinode_and_the_node_and_leaves_them_when_it_
             .labels
             .unwrap_or_default()
             .contains_key("topology.hostpath.csi.example.com/node")
+    );
+}
+
+#[test]
+fn a_claim_keeps_its_data_across_busybox_and_wasm_pods_a_node_kill_and_is_staged_once() {
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let c = cluster();
+    let mut node = start_with(node_options(&c, &["hello"]).with_cri(containerd.address()));
+    let d = driver(&c, &node, CsiDriverOptions::new(HOSTPATH));
+    csidriver(
+        &c,
+        HOSTPATH,
+        serde_json::json!({"attachRequired": false, "podInfoOnMount": true}),
+    );
+    bound_claim(&c, "data", "pv-data", HOSTPATH, "vol-data", None);
+
+    // A busybox pod and a Wasm pod write to the claim at the same time.
+    let box_pod = c
+        .api
+        .create(&volume_pod(
+            "box",
+            claim_volume("data"),
+            "/data",
+            Run::Busybox(
+                "echo from-busybox > /data/box.txt && exec sleep 600",
+                "Always",
+            ),
+        ))
+        .unwrap();
+    let wasm_pod = c
+        .api
+        .create(&volume_pod(
+            "wasm",
+            claim_volume("data"),
+            "/data",
+            Run::Wasm(&[("WRITE_FILE", "/data/wasm.txt"), ("FILE_TEXT", "from-wasm")]),
+        ))
+        .unwrap();
+    let running = wait("the busybox pod to run", LONG, || {
+        get_pod(&c, "box").filter(is_running)
+    });
+    succeeded(&c, "wasm");
+    let data = d.volume_dir("vol-data");
+    wait("busybox's file in the volume", LONG, || {
+        std::fs::read_to_string(data.join("box.txt")).ok()
+    });
+    assert_eq!(
+        std::fs::read_to_string(data.join("wasm.txt")).unwrap(),
+        "from-wasm\n"
+    );
+    let calls = d.calls();
+    assert_eq!(count(&calls, "NodeStageVolume vol-data"), 1, "{calls:#?}");
+    assert_eq!(count(&calls, "NodePublishVolume vol-data"), 2, "{calls:#?}");
+    let unique = format!("kubernetes.io/csi/{HOSTPATH}^vol-data");
+    wait("the volume in the Node's volumesInUse", LONG, || {
+        volumes_in_use(&c).contains(&unique).then_some(())
+    });
+
+    // The node is killed while busybox uses the volume and starts again: the pod keeps
+    // its container and its mount; nothing is staged or published twice.
+    let registrations = d.statuses().len();
+    node.kill();
+    node.restart().expect("the node starts again");
+    wait("the driver to register again", LONG, || {
+        (d.statuses().len() > registrations).then_some(())
+    });
+    wait(
+        "the restarted node to find the volume published",
+        LONG,
+        || {
+            node.log()
+                .contains("CSI volume found published")
+                .then_some(())
+        },
+    );
+    let after = wait("busybox reported running again", LONG, || {
+        get_pod(&c, "box").filter(is_running)
+    });
+    assert_eq!(
+        container(&after).container_id,
+        container(&running).container_id
+    );
+    assert_eq!(container(&after).restart_count, 0);
+    let calls = d.calls();
+    assert_eq!(count(&calls, "NodeStageVolume vol-data"), 1, "{calls:#?}");
+    assert_eq!(count(&calls, "NodePublishVolume vol-data"), 2, "{calls:#?}");
+
+    // Both pods go: each publish is unpublished once, then the volume is unstaged once.
+    for name in ["box", "wasm"] {
+        c.api.delete::<Pod>(Some("default"), name, Some(1)).unwrap();
+    }
+    wait("the volume to be unstaged", LONG, || {
+        d.calls()
+            .iter()
+            .any(|c| c.starts_with("NodeUnstageVolume"))
+            .then_some(())
+    });
+    let calls = d.calls();
+    let unstage = calls
+        .iter()
+        .position(|c| c.starts_with("NodeUnstageVolume"))
+        .unwrap();
+    assert_eq!(count(&calls, "NodeUnstageVolume vol-data"), 1, "{calls:#?}");
+    for pod in [&box_pod, &wasm_pod] {
+        let target = "volumes/kubernetes.io~csi/pv-data/mount";
+        let uid = pod.metadata.uid.as_deref().unwrap();
+        let unpublished: Vec<usize> = calls
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
+                c.starts_with("NodeUnpublishVolume vol-data")
+                    && c.contains(&format!("/pods/{uid}/{target}"))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(unpublished.len(), 1, "{calls:#?}");
+        assert!(
+            unpublished[0] < unstage,
+            "unpublished before unstaged: {calls:#?}"
+        );
+    }
+    wait("volumesInUse to be empty", LONG, || {
+        volumes_in_use(&c).is_empty().then_some(())
+    });
+
+    // A new pod mounting the claim finds what both wrote.
+    c.api
+        .create(&volume_pod(
+            "reader",
+            claim_volume("data"),
+            "/data",
+            Run::Busybox("cat /data/box.txt /data/wasm.txt", "Never"),
+        ))
+        .unwrap();
+    let reader = succeeded(&c, "reader");
+    let text = node
+        .container_log(&reader, "main", 0)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.text)
+        .collect::<Vec<_>>();
+    assert_eq!(text, ["from-busybox", "from-wasm"]);
+}
+
+#[test]
+fn a_driver_that_attaches_waits_for_its_volume_attachment_before_staging() {
+    let c = cluster();
+    let node = start_with(node_options(&c, &["hello"]));
+    let d = driver(&c, &node, CsiDriverOptions::new("attach.csi.example.com"));
+    // No CSIDriver object: the kubelet takes that as attachRequired.
+    bound_claim(
+        &c,
+        "disk",
+        "pv-disk",
+        "attach.csi.example.com",
+        "vol-disk",
+        None,
+    );
+    c.api
+        .create(&volume_pod(
+            "attached",
+            claim_volume("disk"),
+            "/data",
+            Run::Wasm(&[("WRITE_FILE", "/data/f.txt")]),
+        ))
+        .unwrap();
+    let va_name = format!(
+        "csi-{}",
+        sha256_hex(&format!("vol-diskattach.csi.example.com{NODE}"))
+    );
+    let message = wait("FailedMount while not attached", LONG, || {
+        events(&c, "attached", "FailedMount").into_iter().next()
+    });
+    assert!(
+        message.starts_with("MountVolume.WaitForAttach failed for volume \"pv-disk\" : ")
+            && message.contains(&va_name),
+        "{message}"
+    );
+    assert_eq!(
+        count(&d.calls(), "NodeStageVolume"),
+        0,
+        "not staged before attached"
+    );
+
+    // The external attacher's part: the VolumeAttachment, attached.
+    let va: VolumeAttachment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+        "metadata": {"name": va_name},
+        "spec": {"attacher": "attach.csi.example.com", "nodeName": NODE, "source": {"persistentVolumeName": "pv-disk"}},
+        "status": {"attached": true, "attachmentMetadata": {"devicePath": "/dev/fake0"}},
+    }))
+    .unwrap();
+    c.api.create(&va).unwrap();
+    succeeded(&c, "attached");
+    assert_eq!(
+        std::fs::read_to_string(d.volume_dir("vol-disk").join("f.txt")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(count(&d.calls(), "NodeStageVolume vol-disk"), 1);
+}
+
+#[test]
+fn inline_and_generic_ephemeral_volumes_are_published_for_their_pod_and_cleaned_up() {
+    let c = cluster();
+    let node = start_with(node_options(&c, &["hello"]));
+    let d = driver(&c, &node, CsiDriverOptions::new(HOSTPATH));
+    csidriver(
+        &c,
+        HOSTPATH,
+        serde_json::json!({"attachRequired": false, "volumeLifecycleModes": ["Persistent", "Ephemeral"]}),
+    );
+
+    // Inline: published (never staged) under a handle of the pod's own, then
+    // unpublished when the pod is done.
+    let inline = c
+        .api
+        .create(&volume_pod(
+            "inline",
+            serde_json::json!({"name": "scratch", "csi": {"driver": HOSTPATH, "volumeAttributes": {"size": "1Mi"}}}),
+            "/scratch",
+            Run::Wasm(&[("WRITE_FILE", "/scratch/x.txt")]),
+        ))
+        .unwrap();
+    succeeded(&c, "inline");
+    let handle = format!(
+        "csi-{}",
+        sha256_hex(&format!(
+            "{}scratch",
+            inline.metadata.uid.as_deref().unwrap()
+        ))
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.volume_dir(&handle).join("x.txt")).unwrap(),
+        "hello\n"
+    );
+    wait("the inline volume to be unpublished", LONG, || {
+        (count(&d.calls(), &format!("NodeUnpublishVolume {handle}")) == 1).then_some(())
+    });
+    let calls = d.calls();
+    assert_eq!(
+        count(&calls, &format!("NodePublishVolume {handle}")),
+        1,
+        "{calls:#?}"
+    );
+    assert_eq!(count(&calls, "NodeStageVolume"), 0, "{calls:#?}");
+
+    // Generic ephemeral: the pod waits for the claim the ephemeral volume controller
+    // makes for it, named <pod>-<volume> and owned by the pod.
+    let generic = c
+        .api
+        .create(&volume_pod(
+            "gen",
+            serde_json::json!({"name": "work", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}}),
+            "/work",
+            Run::Wasm(&[("WRITE_FILE", "/work/y.txt")]),
+        ))
+        .unwrap();
+    let message = wait("FailedMount before the claim exists", LONG, || {
+        events(&c, "gen", "FailedMount").into_iter().next()
+    });
+    assert!(
+        message.contains("error processing PVC default/gen-work"),
+        "{message}"
+    );
+    bound_claim(
+        &c,
+        "gen-work",
+        "pv-gen",
+        HOSTPATH,
+        "vol-gen",
+        Some(&generic),
+    );
+    succeeded(&c, "gen");
+    assert_eq!(
+        std::fs::read_to_string(d.volume_dir("vol-gen").join("y.txt")).unwrap(),
+        "hello\n"
+    );
+    c.api
+        .delete::<Pod>(Some("default"), "gen", Some(1))
+        .unwrap();
+    c.api
+        .delete::<Pod>(Some("default"), "inline", Some(1))
+        .unwrap();
+    wait("the generic volume to be unstaged", LONG, || {
+        (count(&d.calls(), "NodeUnstageVolume vol-gen") == 1).then_some(())
+    });
+    let pods = node.dir().join("root").join("pods");
+    for p in [&inline, &generic] {
+        let dir = pods.join(p.metadata.uid.as_deref().unwrap());
+        wait("the pod's directory to go", LONG, || {
+            (!dir.exists()).then_some(())
+        });
+    }
+    let global = node
+        .dir()
+        .join("root/plugins/kubernetes.io/csi")
+        .join(HOSTPATH);
+    assert!(
+        std::fs::read_dir(&global)
+            .map(|mut e| e.next().is_none())
+            .unwrap_or(true),
+        "no staging directory is left"
+    );
+}
+
+#[test]
+fn a_failing_publish_is_retried_with_back_off_and_a_hanging_one_is_cut_at_the_timeout() {
+    let c = cluster();
+    let mut options = node_options(&c, &["hello"]);
+    options.wasmlet_config.push_str("  csiTimeout: 3s\n");
+    let node = start_with(options);
+    let mut broken = CsiDriverOptions::new("broken.csi.example.com");
+    broken.fail_publish = Some("disk on fire".into());
+    let broken = driver(&c, &node, broken);
+    let mut stuck = CsiDriverOptions::new("stuck.csi.example.com");
+    stuck.hang_publish = true;
+    let _stuck = driver(&c, &node, stuck);
+    for name in ["broken.csi.example.com", "stuck.csi.example.com"] {
+        csidriver(
+            &c,
+            name,
+            serde_json::json!({"attachRequired": false, "volumeLifecycleModes": ["Ephemeral"]}),
+        );
+    }
+    let inline = |driver: &str| serde_json::json!({"name": "scratch", "csi": {"driver": driver}});
+    c.api
+        .create(&volume_pod(
+            "broken",
+            inline("broken.csi.example.com"),
+            "/s",
+            Run::Wasm(&[]),
+        ))
+        .unwrap();
+    c.api
+        .create(&volume_pod(
+            "stuck",
+            inline("stuck.csi.example.com"),
+            "/s",
+            Run::Wasm(&[]),
+        ))
+        .unwrap();
+
+    // The driver's message, in the kubelet's words; each retry waits at least twice as
+    // long as the one before (500 ms, 1 s, 2 s).
+    let message = wait("FailedMount from the broken driver", LONG, || {
+        events(&c, "broken", "FailedMount").into_iter().next()
+    });
+    assert!(
+        message.starts_with(
+            "MountVolume.SetUp failed for volume \"scratch\" : rpc error: code = Internal desc = disk on fire"
+        ),
+        "{message}"
+    );
+    let times = wait("four publish attempts", LONG, || {
+        let at: Vec<_> = broken
+            .calls_at()
+            .into_iter()
+            .filter(|(_, c)| c.starts_with("NodePublishVolume"))
+            .map(|(t, _)| t)
+            .collect();
+        (at.len() >= 4).then_some(at)
+    });
+    for (i, min) in [500u64, 1000, 2000].into_iter().enumerate() {
+        let gap = times[i + 1] - times[i];
+        assert!(
+            gap >= Duration::from_millis(min),
+            "attempt {}: {gap:?} < {min} ms",
+            i + 2
+        );
+    }
+    assert_ne!(phase(&get_pod(&c, "broken").unwrap()), "Running");
+
+    let message = wait("FailedMount from the hanging driver", LONG, || {
+        events(&c, "stuck", "FailedMount").into_iter().next()
+    });
+    assert!(
+        message.starts_with(
+            "MountVolume.SetUp failed for volume \"scratch\" : rpc error: code = DeadlineExceeded desc = context deadline exceeded"
+        ),
+        "{message}"
     );
 }

@@ -612,7 +612,7 @@ spec:
         "hello",
         "Never",
         "    volumeMounts: [{name: cfg, mountPath: /cfg}]\n",
-    ) + "  volumes:\n  - {name: cfg, persistentVolumeClaim: {claimName: settings}}\n";
+    ) + "  volumes:\n  - {name: cfg, nfs: {server: nfs.example.com, path: /settings}}\n";
     node.write_manifest("cfg.yaml", &yaml).unwrap();
     let pod = node
         .wait_pod("cfg", LONG, |p| {
@@ -620,7 +620,7 @@ spec:
                 .state
                 .and_then(|s| s.waiting)
                 .and_then(|w| w.message)
-                .is_some_and(|m| m.contains("persistentVolumeClaim is not supported"))
+                .is_some_and(|m| m.contains("volume type nfs is not supported"))
         })
         .unwrap();
     assert_eq!(phase(&pod), "Pending");

@@ -28,6 +28,10 @@ pub struct CsiDriverOptions {
     /// Whether it has STAGE_UNSTAGE_VOLUME.
     pub stage: bool,
     pub versions: Vec<String>,
+    /// `NodePublishVolume` fails with `Internal` and this message.
+    pub fail_publish: Option<String>,
+    /// `NodePublishVolume` never answers.
+    pub hang_publish: bool,
 }
 
 impl CsiDriverOptions {
@@ -39,6 +43,8 @@ impl CsiDriverOptions {
             topology: BTreeMap::new(),
             stage: true,
             versions: vec!["1.0.0".into()],
+            fail_publish: None,
+            hang_publish: false,
         }
     }
 }
@@ -47,7 +53,7 @@ struct Shared {
     options: CsiDriverOptions,
     socket: PathBuf,
     data: PathBuf,
-    calls: Mutex<Vec<String>>,
+    calls: Mutex<Vec<(std::time::Instant, String)>>,
     statuses: Mutex<Vec<(bool, String)>>,
 }
 
@@ -56,7 +62,11 @@ struct Driver(Arc<Shared>);
 
 impl Driver {
     fn record(&self, call: String) {
-        self.0.calls.lock().unwrap().push(call);
+        self.0
+            .calls
+            .lock()
+            .unwrap()
+            .push((std::time::Instant::now(), call));
     }
 }
 
@@ -168,7 +178,15 @@ impl Node for Driver {
             "NodePublishVolume {} {} readonly={}",
             r.volume_id, r.target_path, r.readonly
         ));
-        let source = if self.0.options.stage {
+        if let Some(message) = &self.0.options.fail_publish {
+            return Err(Status::internal(message.clone()));
+        }
+        if self.0.options.hang_publish {
+            std::future::pending::<()>().await;
+        }
+        // An inline (ephemeral) volume is never staged: it is published straight from
+        // the driver's data.
+        let source = if self.0.options.stage && !r.staging_target_path.is_empty() {
             PathBuf::from(&r.staging_target_path)
         } else {
             let data = self.0.data.join(&r.volume_id);
@@ -323,7 +341,17 @@ impl TestCsiDriver {
 
     /// Every call so far, in order (`NodeStageVolume <id> <path>`, …).
     pub fn calls(&self) -> Vec<String> {
+        self.calls_at().into_iter().map(|(_, c)| c).collect()
+    }
+
+    /// Every call so far with when it came.
+    pub fn calls_at(&self) -> Vec<(std::time::Instant, String)> {
         self.shared.calls.lock().unwrap().clone()
+    }
+
+    /// Where the driver keeps the volume `id`'s files.
+    pub fn volume_dir(&self, id: &str) -> PathBuf {
+        self.shared.data.join(id)
     }
 
     /// The node's `NotifyRegistrationStatus` answers (registered, error).

@@ -1,9 +1,12 @@
 //! CSI on the node (the kubelet's `kubernetes.io/csi` volume plugin): drivers register
 //! through the plugin watcher ([`registration`]), which records their endpoints and
-//! publishes what `NodeGetInfo` says in the `CSINode` object and on the Node.
-//! Staging and publishing volumes for pods is not built yet (`docs/status.md`).
+//! publishes what `NodeGetInfo` says in the `CSINode` object and on the Node; the
+//! pods' volumes are staged and published through them ([`volumes`]).
 
 pub mod registration;
+pub mod volumes;
+
+pub use volumes::CsiVolumes;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -24,7 +27,7 @@ pub struct Driver {
     pub version: (u64, u64, u64),
 }
 
-/// The registered drivers by name, shared by registration and (later) the volumes.
+/// The registered drivers by name, shared by registration and the volumes.
 pub type Drivers = Arc<Mutex<BTreeMap<String, Driver>>>;
 
 /// A channel to the driver at `endpoint` (a unix socket), connected on first use.

@@ -133,6 +133,16 @@ pub(crate) static RESOURCES: &[ResourceType] = &[
         "subjectaccessreviews",
         "SubjectAccessReview",
     ),
+    grouped("storage.k8s.io", "storageclasses", "StorageClass", false),
+    ResourceType {
+        subresources: &["status"],
+        ..grouped(
+            "storage.k8s.io",
+            "volumeattachments",
+            "VolumeAttachment",
+            false,
+        )
+    },
 ];
 
 /// The CertificateSigningRequest resource.
