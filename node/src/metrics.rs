@@ -40,6 +40,92 @@ struct ContainerState {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Claim {
+    namespace: String,
+    persistentvolumeclaim: String,
+}
+
+/// A claimed volume's usage, for the `kubelet_volume_stats_*` gauges.
+#[derive(Clone, Debug, Default)]
+pub struct ClaimUsage {
+    pub namespace: String,
+    pub claim: String,
+    pub capacity_bytes: Option<u64>,
+    pub available_bytes: Option<u64>,
+    pub used_bytes: Option<u64>,
+    pub inodes: Option<u64>,
+    pub inodes_free: Option<u64>,
+    pub inodes_used: Option<u64>,
+}
+
+/// The `kubelet_volume_stats_*` gauges, by (namespace, persistentvolumeclaim).
+struct VolumeStatsGauges([Family<Claim, Gauge>; 6]);
+
+impl VolumeStatsGauges {
+    const NAMES: [(&'static str, &'static str); 6] = [
+        (
+            "kubelet_volume_stats_capacity_bytes",
+            "[ALPHA] Capacity in bytes of the volume",
+        ),
+        (
+            "kubelet_volume_stats_available_bytes",
+            "[ALPHA] Number of available bytes in the volume",
+        ),
+        (
+            "kubelet_volume_stats_used_bytes",
+            "[ALPHA] Number of used bytes in the volume",
+        ),
+        (
+            "kubelet_volume_stats_inodes",
+            "[ALPHA] Maximum number of inodes in the volume",
+        ),
+        (
+            "kubelet_volume_stats_inodes_free",
+            "[ALPHA] Number of free inodes in the volume",
+        ),
+        (
+            "kubelet_volume_stats_inodes_used",
+            "[ALPHA] Number of used inodes in the volume",
+        ),
+    ];
+
+    fn register(registry: &mut Registry) -> Self {
+        let families: [Family<Claim, Gauge>; 6] = Default::default();
+        for ((name, help), f) in Self::NAMES.iter().zip(&families) {
+            registry.register(*name, *help, f.clone());
+        }
+        VolumeStatsGauges(families)
+    }
+
+    /// Replaces every sample with those of `claims` (a claim no longer used goes).
+    fn set(&self, claims: &[ClaimUsage]) {
+        for f in &self.0 {
+            f.clear();
+        }
+        for c in claims {
+            let labels = Claim {
+                namespace: c.namespace.clone(),
+                persistentvolumeclaim: c.claim.clone(),
+            };
+            let values = [
+                c.capacity_bytes,
+                c.available_bytes,
+                c.used_bytes,
+                c.inodes,
+                c.inodes_free,
+                c.inodes_used,
+            ];
+            for (f, v) in self.0.iter().zip(values) {
+                if let Some(v) = v {
+                    f.get_or_create(&labels)
+                        .set(i64::try_from(v).unwrap_or(i64::MAX));
+                }
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NodeName {
     node: String,
 }
@@ -93,6 +179,7 @@ pub struct NodeMetrics {
     node_name: Family<NodeName, Gauge>,
     shutdown_start: Gauge<f64, std::sync::atomic::AtomicU64>,
     shutdown_end: Gauge<f64, std::sync::atomic::AtomicU64>,
+    volume_stats: VolumeStatsGauges,
 }
 
 impl Default for NodeMetrics {
@@ -166,7 +253,9 @@ impl NodeMetrics {
             "[ALPHA] Last graceful shutdown end time since unix epoch in seconds",
             shutdown_end.clone(),
         );
+        let volume_stats = VolumeStatsGauges::register(&mut registry);
         NodeMetrics {
+            volume_stats,
             registry,
             shutdown_start,
             shutdown_end,
@@ -180,6 +269,11 @@ impl NodeMetrics {
             running_containers,
             node_name,
         }
+    }
+
+    /// The usage of the node's claimed volumes, as of now.
+    pub fn set_volume_stats(&self, claims: &[ClaimUsage]) {
+        self.volume_stats.set(claims);
     }
 
     /// A relist that took `took`, `since_last` after the previous one began.
@@ -324,6 +418,28 @@ mod tests {
     fn sample(text: &str, series: &str) -> Option<f64> {
         text.lines()
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn volume_stats_are_by_claim_and_a_claim_no_longer_used_goes() {
+        let m = NodeMetrics::new();
+        m.set_volume_stats(&[ClaimUsage {
+            namespace: "default".into(),
+            claim: "data".into(),
+            capacity_bytes: Some(1 << 30),
+            used_bytes: Some(4096),
+            ..Default::default()
+        }]);
+        let text = m.encode("n1", 0, &[]);
+        let series = "kubelet_volume_stats_capacity_bytes{namespace=\"default\",persistentvolumeclaim=\"data\"}";
+        assert_eq!(sample(&text, series), Some((1u64 << 30) as f64), "{text}");
+        assert!(text.contains(
+            "# HELP kubelet_volume_stats_used_bytes [ALPHA] Number of used bytes in the volume"
+        ));
+        // What the driver did not report is not made up.
+        assert!(!text.contains("kubelet_volume_stats_inodes{"), "{text}");
+        m.set_volume_stats(&[]);
+        assert_eq!(sample(&m.encode("n1", 0, &[]), series), None);
     }
 
     #[test]

@@ -487,17 +487,20 @@ async fn managers(
         syncer = syncer.with_cgroups(cm.clone());
     }
     let csi_drivers = crate::volumes::csi::Drivers::default();
-    let csi_volumes = Arc::new(crate::volumes::csi::CsiVolumes::new(
-        csi_drivers.clone(),
-        config.root_dir.clone(),
-        config.node_name.clone(),
-        config.csi_timeout,
-    ));
+    let csi_volumes = Arc::new(
+        crate::volumes::csi::CsiVolumes::new(
+            csi_drivers.clone(),
+            config.root_dir.clone(),
+            config.node_name.clone(),
+            config.csi_timeout,
+        )
+        .with_stats_period(config.volume_stats_agg_period),
+    );
     syncer = syncer.with_csi(csi_volumes.clone());
-    let stats = Arc::new(node_api::stats_provider(
-        config,
-        container_manager.as_deref(),
-    ));
+    let stats = Arc::new(
+        node_api::stats_provider(config, container_manager.as_deref())
+            .with_csi(csi_volumes.clone()),
+    );
     let pressure = crate::eviction::Pressure::default();
     let (evictions, evictions_rx) = mpsc::channel(4);
     let image_gc = Arc::new(crate::images::ImageGc::new(

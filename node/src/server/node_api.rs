@@ -494,6 +494,27 @@ async fn agent_metrics(State(state): State<NodeApiState>) -> Response {
             }
         }
     }
+    if let Some(csi) = state.stats.csi() {
+        let claims: Vec<crate::metrics::ClaimUsage> = csi
+            .claim_stats()
+            .await
+            .into_iter()
+            .filter_map(|u| {
+                let (namespace, claim) = u.claim?;
+                Some(crate::metrics::ClaimUsage {
+                    namespace,
+                    claim,
+                    capacity_bytes: u.capacity_bytes,
+                    available_bytes: u.available_bytes,
+                    used_bytes: u.used_bytes,
+                    inodes: u.inodes,
+                    inodes_free: u.inodes_free,
+                    inodes_used: u.inodes_used,
+                })
+            })
+            .collect();
+        crate::metrics::global().set_volume_stats(&claims);
+    }
     let text = crate::metrics::global().encode(
         &state.node_name,
         pods,

@@ -152,6 +152,8 @@ pub struct StatsProvider {
     reader: Option<CgroupReader>,
     rates: CpuRates,
     volumes: DuCache,
+    /// The CSI volumes, whose usage their drivers report.
+    csi: Option<Arc<crate::volumes::csi::CsiVolumes>>,
 }
 
 /// The interface a pod's network figures are inlined from (the kubelet's
@@ -284,7 +286,19 @@ impl StatsProvider {
             config,
             reader,
             rates: CpuRates::default(),
+            csi: None,
         }
+    }
+
+    /// Adds the usage CSI drivers report for their volumes to the full summary.
+    pub fn with_csi(mut self, csi: Arc<crate::volumes::csi::CsiVolumes>) -> Self {
+        self.csi = Some(csi);
+        self
+    }
+
+    /// The CSI volumes, for the `kubelet_volume_stats_*` metrics.
+    pub fn csi(&self) -> Option<&Arc<crate::volumes::csi::CsiVolumes>> {
+        self.csi.as_ref()
     }
 
     fn plan(&self, pods: &[Pod]) -> Vec<PodPlan> {
@@ -675,6 +689,27 @@ impl StatsProvider {
             node,
             pods: pod_stats,
         };
+        if let (Detail::Full, Some(csi)) = (detail, &self.csi) {
+            for p in &mut summary.pods {
+                for u in csi.pod_stats(&p.pod_ref.uid).await {
+                    p.volume_stats.push(VolumeStats {
+                        fs: FsStats {
+                            time: Some(now),
+                            available_bytes: u.available_bytes,
+                            capacity_bytes: u.capacity_bytes,
+                            used_bytes: u.used_bytes,
+                            inodes_free: u.inodes_free,
+                            inodes: u.inodes,
+                            inodes_used: u.inodes_used,
+                        },
+                        name: u.volume,
+                        pvc_ref: u
+                            .claim
+                            .map(|(namespace, name)| PvcReference { name, namespace }),
+                    });
+                }
+            }
+        }
         match detail {
             Detail::Full | Detail::Signals | Detail::SignalsMeasured => {
                 let n = &mut summary.node;

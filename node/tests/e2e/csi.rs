@@ -244,7 +244,9 @@ fn a_claim_keeps_its_data_across_busybox_and_wasm_pods_a_node_kill_and_is_staged
     let containerd = Containerd::start().expect("containerd starts");
     containerd.import_test_images().expect("test images import");
     let c = cluster();
-    let mut node = start_with(node_options(&c, &["hello"]).with_cri(containerd.address()));
+    let client = crate::stats::ApiClient::new();
+    let mut node =
+        start_with(client.options(node_options(&c, &["hello"]).with_cri(containerd.address())));
     let d = driver(&c, &node, CsiDriverOptions::new(HOSTPATH));
     csidriver(
         &c,
@@ -290,6 +292,32 @@ fn a_claim_keeps_its_data_across_busybox_and_wasm_pods_a_node_kill_and_is_staged
     let calls = d.calls();
     assert_eq!(count(&calls, "NodeStageVolume vol-data"), 1, "{calls:#?}");
     assert_eq!(count(&calls, "NodePublishVolume vol-data"), 2, "{calls:#?}");
+    // The driver's NodeGetVolumeStats: in /stats/summary under the pod's volume name
+    // with its claim, and in the kubelet's volume metrics by claim.
+    let volume = wait("the volume's stats in /stats/summary", LONG, || {
+        let (_, body) = node.api_get("/stats/summary", client.auth()).ok()?;
+        let s: serde_json::Value = serde_json::from_str(&body).ok()?;
+        s["pods"]
+            .as_array()?
+            .iter()
+            .find(|p| p["podRef"]["name"] == "box")?["volume"]
+            .as_array()?
+            .iter()
+            .find(|v| v["name"] == "data")
+            .cloned()
+    });
+    assert_eq!(
+        volume["pvcRef"],
+        serde_json::json!({"name": "data", "namespace": "default"})
+    );
+    assert!(volume["capacityBytes"].as_u64().unwrap() > 0, "{volume}");
+    let (_, metrics) = node.api_get("/metrics", client.auth()).unwrap();
+    assert!(
+        metrics.lines().any(|l| l.starts_with(
+            "kubelet_volume_stats_capacity_bytes{namespace=\"default\",persistentvolumeclaim=\"data\"} "
+        )),
+        "{metrics}"
+    );
     let unique = format!("kubernetes.io/csi/{HOSTPATH}^vol-data");
     wait("the volume in the Node's volumesInUse", LONG, || {
         volumes_in_use(&c).contains(&unique).then_some(())

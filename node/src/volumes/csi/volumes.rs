@@ -82,7 +82,40 @@ struct Source {
     read_only: bool,
     stage_secret: Option<SecretRef>,
     publish_secret: Option<SecretRef>,
+    /// The claim's name (a PVC or a generic ephemeral volume's).
+    claim: Option<String>,
 }
+
+/// A volume published for a pod: what its stats are asked with.
+#[derive(Clone, Debug)]
+struct Published {
+    pod_uid: String,
+    /// The pod's name for the volume.
+    volume: String,
+    driver: String,
+    handle: String,
+    /// `(namespace, claim)` of a claimed volume.
+    claim: Option<(String, String)>,
+}
+
+/// A published volume's usage as its driver reports it (`NodeGetVolumeStats`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VolumeUsage {
+    /// The pod's name for the volume.
+    pub volume: String,
+    /// `(namespace, claim)` of a claimed volume.
+    pub claim: Option<(String, String)>,
+    pub available_bytes: Option<u64>,
+    pub capacity_bytes: Option<u64>,
+    pub used_bytes: Option<u64>,
+    pub inodes_free: Option<u64>,
+    pub inodes: Option<u64>,
+    pub inodes_used: Option<u64>,
+}
+
+/// How long a volume stats call may take: stats are read when asked for, and a
+/// driver that hangs must not hang `/stats/summary`.
+const STATS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Stages, publishes and tears down the CSI volumes of this node's pods.
 pub struct CsiVolumes {
@@ -98,6 +131,12 @@ pub struct CsiVolumes {
     retries: Mutex<HashMap<String, Retry>>,
     /// Pods whose volumes are being torn down in the background.
     tearing_down: Mutex<HashSet<String>>,
+    /// What is published where (target path), for stats.
+    published: Mutex<HashMap<PathBuf, Published>>,
+    /// The last stats of each target and when they were read.
+    stats: Mutex<HashMap<PathBuf, (Instant, VolumeUsage)>>,
+    /// How long read stats are reused (`volumeStatsAggPeriod`); zero reads none.
+    stats_period: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -117,7 +156,141 @@ impl CsiVolumes {
             locks: Mutex::default(),
             retries: Mutex::default(),
             tearing_down: Mutex::default(),
+            published: Mutex::default(),
+            stats: Mutex::default(),
+            stats_period: Duration::from_secs(60),
         }
+    }
+
+    /// Reuses volume stats for `period` (`volumeStatsAggPeriod`); zero reads none.
+    pub fn with_stats_period(mut self, period: Duration) -> Self {
+        self.stats_period = period;
+        self
+    }
+
+    fn remember(&self, pod: &Pod, v: &Volume, src: &Source, target: &Path) {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        self.published.lock().unwrap().insert(
+            target.to_owned(),
+            Published {
+                pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+                volume: v.name.clone(),
+                driver: src.driver.clone(),
+                handle: src.handle.clone(),
+                claim: src.claim.clone().map(|c| (namespace, c)),
+            },
+        );
+    }
+
+    /// The usage of the CSI volumes published for the pod `uid`, from drivers with
+    /// `GET_VOLUME_STATS`; a volume whose driver cannot say is left out.
+    pub async fn pod_stats(&self, uid: &str) -> Vec<VolumeUsage> {
+        let mine: Vec<(PathBuf, Published)> = self
+            .published
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, p)| p.pod_uid == uid)
+            .map(|(t, p)| (t.clone(), p.clone()))
+            .collect();
+        let mut out = Vec::new();
+        for (target, p) in mine {
+            if let Some(u) = self.volume_stats(&target, &p).await {
+                out.push(u);
+            }
+        }
+        out.sort_by(|a, b| a.volume.cmp(&b.volume));
+        out
+    }
+
+    /// The usage of every claimed volume, once per claim: the
+    /// `kubelet_volume_stats_*` metrics.
+    pub async fn claim_stats(&self) -> Vec<VolumeUsage> {
+        let all: Vec<(PathBuf, Published)> = self
+            .published
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, p)| p.claim.is_some())
+            .map(|(t, p)| (t.clone(), p.clone()))
+            .collect();
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for (target, p) in all {
+            if !seen.insert(p.claim.clone()) {
+                continue;
+            }
+            if let Some(u) = self.volume_stats(&target, &p).await {
+                out.push(u);
+            }
+        }
+        out.sort_by(|a, b| a.claim.cmp(&b.claim));
+        out
+    }
+
+    async fn volume_stats(&self, target: &Path, p: &Published) -> Option<VolumeUsage> {
+        if self.stats_period.is_zero() {
+            return None;
+        }
+        if let Some((at, u)) = self.stats.lock().unwrap().get(target)
+            && at.elapsed() < self.stats_period
+        {
+            return Some(u.clone());
+        }
+        let caps = self.capabilities(&p.driver).await.ok()?;
+        if !caps.contains(&(csi::node_service_capability::rpc::Type::GetVolumeStats as i32)) {
+            return None;
+        }
+        let mut client = self.client(&p.driver).ok()?;
+        let mut request = tonic::Request::new(csi::NodeGetVolumeStatsRequest {
+            volume_id: p.handle.clone(),
+            volume_path: target.display().to_string(),
+            staging_target_path: String::new(),
+        });
+        let limit = STATS_TIMEOUT.min(self.timeout);
+        request.set_timeout(limit);
+        let response =
+            match tokio::time::timeout(limit, client.node_get_volume_stats(request)).await {
+                Ok(Ok(r)) => r.into_inner(),
+                Ok(Err(s)) => {
+                    tracing::debug!(volume = %p.volume, "NodeGetVolumeStats: {}", s.message());
+                    return None;
+                }
+                Err(_) => {
+                    tracing::debug!(volume = %p.volume, "NodeGetVolumeStats timed out");
+                    return None;
+                }
+            };
+        let mut u = VolumeUsage {
+            volume: p.volume.clone(),
+            claim: p.claim.clone(),
+            ..Default::default()
+        };
+        let n = |v: i64| u64::try_from(v).ok();
+        for usage in &response.usage {
+            use csi::volume_usage::Unit;
+            match Unit::try_from(usage.unit) {
+                Ok(Unit::Bytes) => {
+                    (u.available_bytes, u.capacity_bytes, u.used_bytes) =
+                        (n(usage.available), n(usage.total), n(usage.used));
+                }
+                Ok(Unit::Inodes) => {
+                    (u.inodes_free, u.inodes, u.inodes_used) =
+                        (n(usage.available), n(usage.total), n(usage.used));
+                }
+                _ => {
+                    tracing::debug!(volume = %p.volume, unit = usage.unit, "a volume usage in an unknown unit")
+                }
+            }
+        }
+        if response.usage.is_empty() {
+            return None;
+        }
+        self.stats
+            .lock()
+            .unwrap()
+            .insert(target.to_owned(), (Instant::now(), u.clone()));
+        Some(u)
     }
 
     /// `plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount`.
@@ -276,6 +449,7 @@ impl CsiVolumes {
         if is_mounted(&target)
             && read_vol_data(&dir.join("vol_data.json")).get("volumeHandle") == Some(&src.handle)
         {
+            self.remember(pod, v, &src, &target);
             tracing::info!(pod = %crate::pod::full_name(pod), volume = %v.name, "CSI volume found published; not published again");
             return Ok(host);
         }
@@ -422,6 +596,7 @@ impl CsiVolumes {
                 )
             })?;
         }
+        self.remember(pod, v, &src, &target);
         Ok(host)
     }
 
@@ -572,6 +747,8 @@ impl CsiVolumes {
             )));
         }
         remove_mount_dir(dir);
+        self.published.lock().unwrap().remove(&target);
+        self.stats.lock().unwrap().remove(&target);
         if persistent && !self.in_use(&driver, &handle) {
             self.unstage(&driver, &handle)
                 .await
@@ -780,6 +957,7 @@ async fn resolve(pod: &Pod, v: &Volume, objects: &dyn ObjectSource) -> Result<So
                 .node_publish_secret_ref
                 .as_ref()
                 .map(|r| (namespace.to_owned(), r.name.clone())),
+            claim: None,
         });
     }
     let (claim, read_only, owned_by_pod) = if let Some(c) = &v.persistent_volume_claim {
@@ -878,6 +1056,7 @@ async fn resolve(pod: &Pod, v: &Volume, objects: &dyn ObjectSource) -> Result<So
         read_only,
         stage_secret: secret(&source.node_stage_secret_ref),
         publish_secret: secret(&source.node_publish_secret_ref),
+        claim: Some(claim),
     })
 }
 
@@ -1178,6 +1357,7 @@ mod tests {
             read_only,
             stage_secret: None,
             publish_secret: None,
+            claim: None,
         }
     }
 
