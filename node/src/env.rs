@@ -188,6 +188,18 @@ pub trait ObjectSource: Send + Sync {
         ))
     }
 
+    /// Merge-patches a claim's status (the node finishing a filesystem resize).
+    async fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        _patch: serde_json::Value,
+    ) -> Result<(), String> {
+        Err(format!(
+            "PersistentVolumeClaim {namespace}/{name} cannot be updated: this node has no API server"
+        ))
+    }
+
     async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>, String> {
         Err(format!(
             "CSIDriver {name} cannot be read: this node has no API server"

@@ -1016,6 +1016,21 @@ impl PodSyncer {
             st.volumes_refreshed = Some(tokio::time::Instant::now());
             return Ok(());
         }
+        // A claim whose volume grew gets its filesystem expanded (every sync, as the
+        // kubelet's volume manager checks).
+        if let Some(csi) = &self.csi {
+            for outcome in csi.expand(pod, &*self.objects).await {
+                match outcome {
+                    Ok(m) => self
+                        .events
+                        .pod(pod, None, NORMAL, "FileSystemResizeSuccessful", m),
+                    Err(e) => {
+                        tracing::warn!(pod = %full_name(pod), "{e}");
+                        self.events.pod(pod, None, WARNING, "VolumeResizeFailed", e);
+                    }
+                }
+            }
+        }
         let due = st
             .volumes_refreshed
             .is_none_or(|t| t.elapsed() >= CONTENT_REFRESH);

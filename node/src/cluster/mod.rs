@@ -312,6 +312,26 @@ impl crate::env::ObjectSource for ApiObjects {
             .map_err(|e| format!("failed to fetch PV {name} from API server: {e}"))
     }
 
+    async fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: serde_json::Value,
+    ) -> Result<(), String> {
+        let api: kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+            kube::Api::namespaced(self.client.clone(), namespace);
+        api.patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| {
+            format!("updating the status of PersistentVolumeClaim {namespace}/{name}: {e}")
+        })
+    }
+
     async fn csi_driver(
         &self,
         name: &str,

@@ -648,3 +648,106 @@ fn a_failing_publish_is_retried_with_back_off_and_a_hanging_one_is_cut_at_the_ti
         "{message}"
     );
 }
+
+#[test]
+fn a_claim_whose_volume_grew_is_expanded_on_the_node_and_takes_the_new_size() {
+    let c = cluster();
+    let mut options = node_options(&c, &["ticker"]);
+    // Running pods sync often, so the grown volume is seen at once.
+    options.kubelet_config.push_str("syncFrequency: 2s\n");
+    let node = start_with(options);
+    let d = driver(&c, &node, CsiDriverOptions::new(HOSTPATH));
+    csidriver(&c, HOSTPATH, serde_json::json!({"attachRequired": false}));
+    bound_claim(&c, "grow", "pv-grow", HOSTPATH, "vol-grow", None);
+    let mut pvc: PersistentVolumeClaim = c.api.get(Some("default"), "grow").unwrap();
+    pvc.status.as_mut().unwrap().capacity = Some(
+        [(
+            "storage".to_string(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
+        )]
+        .into(),
+    );
+    c.api.replace(&pvc).unwrap();
+    let ticker = pod_with_spec(
+        "ticker",
+        serde_json::json!({
+            "nodeName": NODE, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": image("ticker"), "imagePullPolicy": "IfNotPresent",
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [claim_volume("grow")],
+        }),
+    );
+    c.api.create(&ticker).unwrap();
+    wait("the ticker to run", LONG, || {
+        get_pod(&c, "ticker").filter(is_running)
+    });
+    assert_eq!(
+        count(&d.calls(), "NodeExpandVolume"),
+        0,
+        "nothing to expand yet"
+    );
+
+    // The external resizer's part: the volume is 2Gi, the claim waits for the node.
+    let mut pv: PersistentVolume = c.api.get(None, "pv-grow").unwrap();
+    pv.spec.as_mut().unwrap().capacity = Some(
+        [(
+            "storage".to_string(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("2Gi".into()),
+        )]
+        .into(),
+    );
+    c.api.replace(&pv).unwrap();
+    let mut pvc: PersistentVolumeClaim = c.api.get(Some("default"), "grow").unwrap();
+    let status = pvc.status.as_mut().unwrap();
+    status.allocated_resource_statuses =
+        Some([("storage".to_string(), "NodeResizePending".to_string())].into());
+    status.conditions = Some(vec![
+        serde_json::from_value(serde_json::json!({
+            "type": "FileSystemResizePending", "status": "True",
+        }))
+        .unwrap(),
+    ]);
+    c.api.replace(&pvc).unwrap();
+
+    let pvc = wait("the claim to take the new size", LONG, || {
+        c.api
+            .get::<PersistentVolumeClaim>(Some("default"), "grow")
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.capacity.as_ref())
+                    .and_then(|c| c.get("storage"))
+                    .map(|q| q.0.as_str())
+                    == Some("2Gi")
+            })
+    });
+    let status = pvc.status.unwrap();
+    assert!(status.conditions.unwrap_or_default().is_empty());
+    assert!(
+        !status
+            .allocated_resource_statuses
+            .unwrap_or_default()
+            .contains_key("storage")
+    );
+    let calls = d.calls();
+    let expanded: Vec<&String> = calls
+        .iter()
+        .filter(|c| c.starts_with("NodeExpandVolume"))
+        .collect();
+    assert_eq!(expanded.len(), 1, "{calls:#?}");
+    assert!(
+        expanded[0].contains("/volumes/kubernetes.io~csi/pv-grow/mount")
+            && expanded[0].ends_with(" 2147483648"),
+        "{}",
+        expanded[0]
+    );
+    let message = wait("the resize event", LONG, || {
+        events(&c, "ticker", "FileSystemResizeSuccessful")
+            .into_iter()
+            .next()
+    });
+    assert_eq!(
+        message,
+        format!("MountVolume.NodeExpandVolume succeeded for volume \"pv-grow\" {NODE}")
+    );
+}

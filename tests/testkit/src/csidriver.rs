@@ -234,9 +234,20 @@ impl Node for Driver {
 
     async fn node_expand_volume(
         &self,
-        _r: Request<csi::NodeExpandVolumeRequest>,
+        r: Request<csi::NodeExpandVolumeRequest>,
     ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
-        Err(Status::unimplemented("no expansion"))
+        let r = r.into_inner();
+        let bytes = r
+            .capacity_range
+            .map(|c| c.required_bytes)
+            .unwrap_or_default();
+        self.record(format!(
+            "NodeExpandVolume {} {} {bytes}",
+            r.volume_id, r.volume_path
+        ));
+        Ok(Response::new(csi::NodeExpandVolumeResponse {
+            capacity_bytes: bytes,
+        }))
     }
 
     async fn node_get_capabilities(
@@ -244,7 +255,7 @@ impl Node for Driver {
         _r: Request<csi::NodeGetCapabilitiesRequest>,
     ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
         use csi::node_service_capability::{Rpc, Type, rpc::Type as RpcType};
-        let mut types = vec![RpcType::GetVolumeStats];
+        let mut types = vec![RpcType::GetVolumeStats, RpcType::ExpandVolume];
         if self.0.options.stage {
             types.push(RpcType::StageUnstageVolume);
         }
