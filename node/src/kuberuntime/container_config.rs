@@ -240,7 +240,7 @@ impl PodSyncer {
             labels,
             annotations,
             resources,
-            devices: Vec::new(),
+            devices: crate::volumes::container_devices(c, volumes, directories_only)?,
             cdi_devices: Vec::new(),
             security: podspec::container_security(&spec, c),
             stdin: c.stdin.unwrap_or(false),

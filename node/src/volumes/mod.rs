@@ -38,6 +38,9 @@ pub struct HostVolume {
     pub renew_token_at: Option<jiff::Timestamp>,
     /// Mounted read-only for every container (a `readOnly` claim or CSI volume).
     pub read_only: bool,
+    /// A raw block device (`volumeMode: Block`), given to containers through
+    /// `volumeDevices` rather than mounted.
+    pub block: bool,
 }
 
 /// What the volumes are set up with besides the pod.
@@ -139,6 +142,7 @@ async fn set_up_one(
             content: true,
             renew_token_at: rendered.refresh_token_at,
             read_only: false,
+            block: false,
         });
     }
     let memory_limit = ctx.memory_limit;
@@ -170,6 +174,7 @@ async fn set_up_one(
             content: false,
             renew_token_at: None,
             read_only: false,
+            block: false,
         });
     }
     if let Some(hp) = &v.host_path {
@@ -259,6 +264,7 @@ fn host_path(path: &Path, kind: &str) -> Result<HostVolume, String> {
         content: false,
         renew_token_at: None,
         read_only: false,
+        block: false,
     })
 }
 
@@ -407,6 +413,42 @@ fn make_sub_dir(root: &Path, rel: &Path) -> Result<PathBuf, String> {
     Ok(cur)
 }
 
+/// The device files of `c`'s `volumeDevices` (raw block volumes), read-write; a Wasm
+/// guest (`directories_only`) can have none.
+pub fn container_devices(
+    c: &Container,
+    volumes: &[(String, HostVolume)],
+    directories_only: bool,
+) -> Result<Vec<wasmlet_runtime::Device>, String> {
+    let mut out = Vec::new();
+    for d in c.volume_devices.iter().flatten() {
+        if directories_only {
+            return Err(format!(
+                "volumeDevice {:?}: a Wasm container cannot have block devices (WASI has no device files)",
+                d.name
+            ));
+        }
+        let Some((_, vol)) = volumes.iter().find(|(n, _)| *n == d.name) else {
+            return Err(format!(
+                "volumeDevice {:?}: the pod has no volume of that name",
+                d.name
+            ));
+        };
+        if !vol.block {
+            return Err(format!(
+                "volumeDevice {:?}: the volume has volumeMode Filesystem; a container mounts it through volumeMounts",
+                d.name
+            ));
+        }
+        out.push(wasmlet_runtime::Device {
+            container_path: d.device_path.clone(),
+            host_path: vol.path.clone(),
+            permissions: if vol.read_only { "r" } else { "mrw" }.into(),
+        });
+    }
+    Ok(out)
+}
+
 /// The runtime mounts of `c`'s `volumeMounts`. `expand` expands `subPathExpr` with the
 /// container's environment (an error for a variable that is missing or empty, as the
 /// kubelet). With `directories_only` (a Wasm guest: WASI preopens directories only)
@@ -425,6 +467,12 @@ pub fn container_mounts(
                 m.name
             ));
         };
+        if vol.block {
+            return Err(format!(
+                "volumeMount {:?}: the volume has volumeMode Block; a container takes it through volumeDevices",
+                m.name
+            ));
+        }
         let sub = match (m.sub_path.as_deref(), m.sub_path_expr.as_deref()) {
             (Some(p), _) if !p.is_empty() => p.to_owned(),
             (_, Some(e)) if !e.is_empty() => {

@@ -751,3 +751,86 @@ fn a_claim_whose_volume_grew_is_expanded_on_the_node_and_takes_the_new_size() {
         format!("MountVolume.NodeExpandVolume succeeded for volume \"pv-grow\" {NODE}")
     );
 }
+
+#[test]
+fn a_block_claim_is_a_device_file_in_a_busybox_pod_and_refused_to_a_wasm_pod() {
+    let containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let c = cluster();
+    let node = start_with(node_options(&c, &["hello"]).with_cri(containerd.address()));
+    let d = driver(&c, &node, CsiDriverOptions::new(HOSTPATH));
+    csidriver(&c, HOSTPATH, serde_json::json!({"attachRequired": false}));
+    bound_claim(&c, "raw", "pv-raw", HOSTPATH, "vol-raw", None);
+    let mut pv: PersistentVolume = c.api.get(None, "pv-raw").unwrap();
+    pv.spec.as_mut().unwrap().volume_mode = Some("Block".into());
+    c.api.replace(&pv).unwrap();
+    let block_pod = |name: &str, script: &str| {
+        pod_with_spec(
+            name,
+            serde_json::json!({
+                "nodeName": NODE, "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "main", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", script],
+                    "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}]}],
+                "volumes": [claim_volume("raw")],
+            }),
+        )
+    };
+
+    // A pod writes the device's first sector; once it is done the volume is
+    // unpublished and unstaged; another pod reads what it wrote.
+    c.api
+        .create(&block_pod(
+            "blk-writer",
+            "test -b /dev/xvda && printf block-data | dd of=/dev/xvda bs=512 count=1 conv=sync 2>/dev/null && sync",
+        ))
+        .unwrap();
+    succeeded(&c, "blk-writer");
+    wait("the block volume to be unstaged", LONG, || {
+        (count(&d.calls(), "NodeUnstageVolume vol-raw") == 1).then_some(())
+    });
+    let calls = d.calls();
+    let publish = calls
+        .iter()
+        .find(|c| c.starts_with("NodePublishVolume vol-raw"))
+        .expect("published");
+    assert!(
+        publish.contains("/plugins/kubernetes.io/csi/volumeDevices/publish/pv-raw/"),
+        "{publish}"
+    );
+    c.api
+        .create(&block_pod(
+            "blk-reader",
+            "dd if=/dev/xvda bs=10 count=1 2>/dev/null; echo",
+        ))
+        .unwrap();
+    let reader = wait("the reader to succeed", LONG, || {
+        get_pod(&c, "blk-reader").filter(|p| phase(p) == "Succeeded")
+    });
+    let text: Vec<String> = node
+        .container_log(&reader, "main", 0)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.text)
+        .collect();
+    assert_eq!(text, ["block-data"]);
+
+    // A Wasm guest has no device files: the pod is told so and never runs.
+    let wasm = pod_with_spec(
+        "blk-wasm",
+        serde_json::json!({
+            "nodeName": NODE, "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": image("hello"), "imagePullPolicy": "IfNotPresent",
+                "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}]}],
+            "volumes": [claim_volume("raw")],
+        }),
+    );
+    c.api.create(&wasm).unwrap();
+    let message = wait("the Wasm pod to be refused the device", LONG, || {
+        get_pod(&c, "blk-wasm")
+            .map(|p| waiting_message(&p))
+            .filter(|m| m.contains("cannot have block devices"))
+    });
+    assert!(message.contains("volumeDevice \"data\""), "{message}");
+    assert_ne!(phase(&get_pod(&c, "blk-wasm").unwrap()), "Running");
+}

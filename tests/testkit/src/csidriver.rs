@@ -54,13 +54,70 @@ struct Shared {
     socket: PathBuf,
     data: PathBuf,
     calls: Mutex<Vec<(std::time::Instant, String)>>,
+    /// The loop device of each block volume (an 8 MiB image in the data directory).
+    loops: Mutex<BTreeMap<String, String>>,
+    /// What it mounted and has not unmounted: unmounted when the driver is dropped,
+    /// so a test that ends with volumes in use leaves no mount behind.
+    mounts: Mutex<std::collections::BTreeSet<PathBuf>>,
     statuses: Mutex<Vec<(bool, String)>>,
 }
 
 #[derive(Clone)]
 struct Driver(Arc<Shared>);
 
+fn is_block(c: &Option<csi::VolumeCapability>) -> bool {
+    matches!(
+        c.as_ref().and_then(|c| c.access_type.as_ref()),
+        Some(csi::volume_capability::AccessType::Block(_))
+    )
+}
+
 impl Driver {
+    /// The loop device of block volume `id`, attached on first use.
+    fn loop_device(&self, id: &str) -> Result<String, Status> {
+        let mut loops = self.0.loops.lock().unwrap();
+        if let Some(dev) = loops.get(id) {
+            return Ok(dev.clone());
+        }
+        let image = self.0.data.join(format!("{id}.img"));
+        if !image.exists() {
+            let f = std::fs::File::create(&image).map_err(|e| Status::internal(e.to_string()))?;
+            f.set_len(8 << 20)
+                .map_err(|e| Status::internal(e.to_string()))?;
+        }
+        let out = std::process::Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&image)
+            .output()
+            .map_err(|e| Status::internal(format!("losetup: {e}")))?;
+        if !out.status.success() {
+            return Err(Status::internal(format!(
+                "losetup: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        loops.insert(id.to_owned(), dev.clone());
+        Ok(dev)
+    }
+
+    fn detach(&self, id: &str) {
+        if let Some(dev) = self.0.loops.lock().unwrap().remove(id) {
+            let _ = std::process::Command::new("losetup")
+                .args(["-d", &dev])
+                .status();
+        }
+    }
+
+    fn track(&self, path: &str, mounted: bool) {
+        let mut mounts = self.0.mounts.lock().unwrap();
+        if mounted {
+            mounts.insert(PathBuf::from(path));
+        } else {
+            mounts.remove(Path::new(path));
+        }
+    }
+
     fn record(&self, call: String) {
         self.0
             .calls
@@ -150,9 +207,14 @@ impl Node for Driver {
             "NodeStageVolume {} {}",
             r.volume_id, r.staging_target_path
         ));
+        if is_block(&r.volume_capability) {
+            self.loop_device(&r.volume_id)?;
+            return Ok(Response::new(csi::NodeStageVolumeResponse {}));
+        }
         let data = self.0.data.join(&r.volume_id);
         std::fs::create_dir_all(&data).map_err(|e| Status::internal(e.to_string()))?;
         bind(&data, Path::new(&r.staging_target_path), false)?;
+        self.track(&r.staging_target_path, true);
         Ok(Response::new(csi::NodeStageVolumeResponse {}))
     }
 
@@ -166,6 +228,8 @@ impl Node for Driver {
             r.volume_id, r.staging_target_path
         ));
         unmount(Path::new(&r.staging_target_path))?;
+        self.track(&r.staging_target_path, false);
+        self.detach(&r.volume_id);
         Ok(Response::new(csi::NodeUnstageVolumeResponse {}))
     }
 
@@ -184,6 +248,22 @@ impl Node for Driver {
         if self.0.options.hang_publish {
             std::future::pending::<()>().await;
         }
+        if is_block(&r.volume_capability) {
+            // The device file: an empty file the loop device is bind-mounted on.
+            let dev = self.loop_device(&r.volume_id)?;
+            std::fs::File::create(&r.target_path)
+                .map_err(|e| Status::internal(format!("{}: {e}", r.target_path)))?;
+            nix::mount::mount(
+                Some(Path::new(&dev)),
+                Path::new(&r.target_path),
+                None::<&str>,
+                nix::mount::MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(|e| Status::internal(format!("bind {dev} at {}: {e}", r.target_path)))?;
+            self.track(&r.target_path, true);
+            return Ok(Response::new(csi::NodePublishVolumeResponse {}));
+        }
         // An inline (ephemeral) volume is never staged: it is published straight from
         // the driver's data.
         let source = if self.0.options.stage && !r.staging_target_path.is_empty() {
@@ -194,6 +274,7 @@ impl Node for Driver {
             data
         };
         bind(&source, Path::new(&r.target_path), r.readonly)?;
+        self.track(&r.target_path, true);
         Ok(Response::new(csi::NodePublishVolumeResponse {}))
     }
 
@@ -207,7 +288,9 @@ impl Node for Driver {
             r.volume_id, r.target_path
         ));
         unmount(Path::new(&r.target_path))?;
+        self.track(&r.target_path, false);
         let _ = std::fs::remove_dir(&r.target_path);
+        let _ = std::fs::remove_file(&r.target_path);
         Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
     }
 
@@ -332,6 +415,8 @@ impl TestCsiDriver {
             socket,
             data: data.path().to_owned(),
             calls: Mutex::new(Vec::new()),
+            loops: Mutex::new(BTreeMap::new()),
+            mounts: Mutex::default(),
             statuses: Mutex::new(Vec::new()),
         });
         let driver = Driver(shared.clone());
@@ -375,6 +460,18 @@ impl Drop for TestCsiDriver {
     fn drop(&mut self) {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
+        }
+        // Publishes (deeper paths) go before the stagings they were bound from.
+        let mounts: Vec<PathBuf> = std::mem::take(&mut *self.shared.mounts.lock().unwrap())
+            .into_iter()
+            .rev()
+            .collect();
+        for m in mounts {
+            let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
+        }
+        let ids: Vec<String> = self.shared.loops.lock().unwrap().keys().cloned().collect();
+        for id in ids {
+            Driver(self.shared.clone()).detach(&id);
         }
         let _ = std::fs::remove_file(&self.shared.socket);
     }

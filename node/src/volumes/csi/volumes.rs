@@ -84,6 +84,8 @@ struct Source {
     publish_secret: Option<SecretRef>,
     /// The claim's name (a PVC or a generic ephemeral volume's).
     claim: Option<String>,
+    /// `volumeMode: Block`: mapped as a device file, not mounted.
+    block: bool,
 }
 
 /// A volume published for a pod: what its stats are asked with.
@@ -443,6 +445,7 @@ impl CsiVolumes {
             content: false,
             renew_token_at: None,
             read_only: src.read_only,
+            block: false,
         };
         // Published before (by this node before a restart): reconstructed from the
         // disk layout, with no call to a driver that may not have registered again yet.
@@ -501,6 +504,20 @@ impl CsiVolumes {
                     .wait_for_attach(&src, objects)
                     .await
                     .map_err(|e| fail("MountVolume.WaitForAttach", e))?;
+            }
+            if src.block {
+                return self
+                    .map_block(
+                        pod,
+                        v,
+                        &src,
+                        has(Cap::StageUnstageVolume),
+                        has(Cap::SingleNodeMultiWriter),
+                        &publish_context,
+                        driver_object.as_ref(),
+                        objects,
+                    )
+                    .await;
             }
             let global = self.global_path(&src.driver, &src.handle);
             self.stage(
@@ -765,6 +782,222 @@ impl CsiVolumes {
         )))
     }
 
+    /// The kubelet's block layout of the volume `spec` under
+    /// `plugins/kubernetes.io/csi/volumeDevices`: (staging path, publish directory,
+    /// data directory).
+    fn block_paths(&self, spec: &str) -> (PathBuf, PathBuf, PathBuf) {
+        let base = self.root.join("plugins/kubernetes.io/csi/volumeDevices");
+        let spec = escape(spec);
+        (
+            base.join("staging").join(&spec),
+            base.join("publish").join(&spec),
+            base.join(&spec).join("data"),
+        )
+    }
+
+    /// A raw block volume: staged once at the kubelet's block staging path, published
+    /// per pod as the device file `publish/<pv>/<pod uid>` (the driver makes it), and
+    /// linked from `pods/<uid>/volumeDevices/kubernetes.io~csi/<pv>`.
+    #[allow(clippy::too_many_arguments)]
+    async fn map_block(
+        &self,
+        pod: &Pod,
+        v: &Volume,
+        src: &Source,
+        stages: bool,
+        multi_writer: bool,
+        publish_context: &BTreeMap<String, String>,
+        driver_object: Option<&CSIDriver>,
+        objects: &dyn ObjectSource,
+    ) -> Result<HostVolume, String> {
+        let name = &src.spec_name;
+        let fail = |prefix: &str, e: String| format!("{prefix} failed for volume {name:?} : {e}");
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let (staging, publish_dir, data_dir) = self.block_paths(name);
+        let target = publish_dir.join(uid);
+        let capability = csi::VolumeCapability {
+            access_type: Some(csi::volume_capability::AccessType::Block(
+                csi::volume_capability::BlockVolume {},
+            )),
+            access_mode: Some(csi::volume_capability::AccessMode {
+                mode: access_mode(&src.access_mode, multi_writer) as i32,
+            }),
+        };
+        // Staged once per node: the data file is written once staging succeeded.
+        if !data_dir.join("vol_data.json").exists() {
+            create_dir(&staging, 0o750).map_err(|e| fail("MapVolume.SetUpDevice", e))?;
+            if stages {
+                let secrets = read_secret(objects, src.stage_secret.as_ref())
+                    .await
+                    .map_err(|e| {
+                        fail(
+                            "MapVolume.SetUpDevice",
+                            format!("fetching NodeStageSecretRef {e}"),
+                        )
+                    })?;
+                let mut client = self
+                    .client(&src.driver)
+                    .map_err(|e| fail("MapVolume.SetUpDevice", e))?;
+                let request = csi::NodeStageVolumeRequest {
+                    volume_id: src.handle.clone(),
+                    publish_context: publish_context.clone().into_iter().collect(),
+                    staging_target_path: staging.display().to_string(),
+                    volume_capability: Some(capability.clone()),
+                    secrets: secrets.into_iter().collect(),
+                    volume_context: src.attributes.clone().into_iter().collect(),
+                };
+                self.call(client.node_stage_volume(self.request(request)))
+                    .await
+                    .map_err(|e| fail("MapVolume.SetUpDevice", e.message))?;
+            }
+            create_dir(&data_dir, 0o750).map_err(|e| fail("MapVolume.SetUpDevice", e))?;
+            write_vol_data(
+                &data_dir.join("vol_data.json"),
+                &[
+                    ("specVolID", name.as_str()),
+                    ("volumeHandle", &src.handle),
+                    ("driverName", &src.driver),
+                    ("nodeName", &self.node_name),
+                    (
+                        "attachmentID",
+                        &attachment_name(&src.handle, &src.driver, &self.node_name),
+                    ),
+                ],
+            )
+            .map_err(|e| fail("MapVolume.SetUpDevice", e))?;
+        }
+        if !is_mounted(&target) {
+            create_dir(&publish_dir, 0o750).map_err(|e| fail("MapVolume.MapPodDevice", e))?;
+            let mut context = src.attributes.clone();
+            if driver_object.and_then(|d| d.spec.pod_info_on_mount) == Some(true) {
+                context.extend(pod_info(pod, src.lifecycle));
+            }
+            let secrets = read_secret(objects, src.publish_secret.as_ref())
+                .await
+                .map_err(|e| {
+                    fail(
+                        "MapVolume.MapPodDevice",
+                        format!("fetching NodePublishSecretRef {e}"),
+                    )
+                })?;
+            let mut client = self
+                .client(&src.driver)
+                .map_err(|e| fail("MapVolume.MapPodDevice", e))?;
+            let request = csi::NodePublishVolumeRequest {
+                volume_id: src.handle.clone(),
+                publish_context: publish_context.clone().into_iter().collect(),
+                staging_target_path: if stages {
+                    staging.display().to_string()
+                } else {
+                    String::new()
+                },
+                target_path: target.display().to_string(),
+                volume_capability: Some(capability),
+                readonly: src.read_only,
+                secrets: secrets.into_iter().collect(),
+                volume_context: context.into_iter().collect(),
+            };
+            self.call(client.node_publish_volume(self.request(request)))
+                .await
+                .map_err(|e| fail("MapVolume.MapPodDevice", e.message))?;
+        }
+        let link = block_link(&self.root, uid, name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            create_dir(link.parent().expect("a parent"), 0o750)
+                .map_err(|e| fail("MapVolume.MapPodDevice", e))?;
+            std::os::unix::fs::symlink(&target, &link).map_err(|e| {
+                fail(
+                    "MapVolume.MapPodDevice",
+                    format!("linking {}: {e}", link.display()),
+                )
+            })?;
+        }
+        self.remember(pod, v, src, &target);
+        Ok(HostVolume {
+            path: target,
+            is_dir: false,
+            content: false,
+            renew_token_at: None,
+            read_only: src.read_only,
+            block: true,
+        })
+    }
+
+    /// Unmaps the block volume linked at `link` for its pod (`NodeUnpublishVolume` of
+    /// the device file), then unstages it once no pod has it published.
+    async fn unmap_block(&self, link: &Path) -> Result<(), String> {
+        let spec = link
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .replace('~', "/");
+        let (staging, publish_dir, data_dir) = self.block_paths(&spec);
+        let target = std::fs::read_link(link).unwrap_or_default();
+        let data = read_vol_data(&data_dir.join("vol_data.json"));
+        let (Some(driver), Some(handle)) = (
+            data.get("driverName").cloned(),
+            data.get("volumeHandle").cloned(),
+        ) else {
+            let _ = std::fs::remove_file(link);
+            return Ok(());
+        };
+        let lock = self.lock(&format!("kubernetes.io/csi/{driver}^{handle}"));
+        let _held = lock.lock().await;
+        let fail = |prefix: &str, e: String| format!("{prefix} failed for volume {spec:?} : {e}");
+        let mut client = self
+            .client(&driver)
+            .map_err(|e| fail("UnmapVolume.UnmapPodDevice", e))?;
+        self.call(
+            client.node_unpublish_volume(self.request(csi::NodeUnpublishVolumeRequest {
+                volume_id: handle.clone(),
+                target_path: target.display().to_string(),
+            })),
+        )
+        .await
+        .map_err(|e| fail("UnmapVolume.UnmapPodDevice", e.message))?;
+        if is_mounted(&target) {
+            return Err(fail(
+                "UnmapVolume.UnmapPodDevice",
+                format!(
+                    "{} is still mounted after NodeUnpublishVolume",
+                    target.display()
+                ),
+            ));
+        }
+        let _ = std::fs::remove_file(&target);
+        let _ = std::fs::remove_file(link);
+        self.published.lock().unwrap().remove(&target);
+        self.stats.lock().unwrap().remove(&target);
+        let others = std::fs::read_dir(&publish_dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false);
+        if others {
+            return Ok(());
+        }
+        let caps = self
+            .capabilities(&driver)
+            .await
+            .map_err(|e| fail("UnmapVolume.UnmapDevice", e))?;
+        if caps.contains(&(csi::node_service_capability::rpc::Type::StageUnstageVolume as i32)) {
+            self.call(
+                client.node_unstage_volume(self.request(csi::NodeUnstageVolumeRequest {
+                    volume_id: handle.clone(),
+                    staging_target_path: staging.display().to_string(),
+                })),
+            )
+            .await
+            .map_err(|e| fail("UnmapVolume.UnmapDevice", e.message))?;
+        }
+        let _ = std::fs::remove_dir(&staging);
+        let _ = std::fs::remove_dir(&publish_dir);
+        let _ = std::fs::remove_file(data_dir.join("vol_data.json"));
+        let _ = std::fs::remove_dir(&data_dir);
+        if let Some(parent) = data_dir.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+        Ok(())
+    }
+
     /// `WaitForAttach`: one read of the volume's `VolumeAttachment`; its
     /// `attachmentMetadata` is the publish context.
     async fn wait_for_attach(
@@ -850,11 +1083,26 @@ impl CsiVolumes {
     /// volume no other pod on the node has. What failed stays on disk (and is named in
     /// the error) to be tried again.
     pub async fn tear_down(&self, pod_dir: &Path) -> Result<(), String> {
+        let mut errors = Vec::new();
+        let devices_dir = pod_dir.join("volumeDevices").join(PLUGIN_DIR);
+        for entry in std::fs::read_dir(&devices_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if let Err(e) = self.unmap_block(&entry.path()).await {
+                errors.push(e);
+            }
+        }
+        let _ = std::fs::remove_dir(&devices_dir);
         let plugin_dir = pod_dir.join("volumes").join(PLUGIN_DIR);
         let Ok(entries) = std::fs::read_dir(&plugin_dir) else {
-            return Ok(());
+            return if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(errors.join("; "))
+            };
         };
-        let mut errors = Vec::new();
         for entry in entries.flatten() {
             if let Err(e) = self.tear_down_one(&entry.path()).await {
                 errors.push(e);
@@ -982,7 +1230,9 @@ impl CsiVolumes {
     /// then removes its directory; `false` when it is already being torn down or has
     /// no CSI volumes (the caller removes the directory itself).
     pub fn tear_down_in_background(self: &Arc<Self>, pod_dir: PathBuf) -> bool {
-        if !pod_dir.join("volumes").join(PLUGIN_DIR).is_dir() {
+        if !pod_dir.join("volumes").join(PLUGIN_DIR).is_dir()
+            && !pod_dir.join("volumeDevices").join(PLUGIN_DIR).is_dir()
+        {
             return false;
         }
         let key = pod_dir.display().to_string();
@@ -1027,6 +1277,21 @@ impl CsiVolumes {
                 ))
             })
             .collect();
+        // Block volumes: `volumeDevices/<pv>/data/vol_data.json`.
+        out.extend(
+            std::fs::read_dir(self.root.join("plugins/kubernetes.io/csi/volumeDevices"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|spec| {
+                    let d = read_vol_data(&spec.path().join("data/vol_data.json"));
+                    Some(format!(
+                        "kubernetes.io/csi/{}^{}",
+                        d.get("driverName")?,
+                        d.get("volumeHandle")?
+                    ))
+                }),
+        );
         out.sort();
         out
     }
@@ -1078,6 +1343,15 @@ pub fn attachment_name(handle: &str, driver: &str, node: &str) -> String {
     format!("csi-{}", hex::encode(h.finalize()))
 }
 
+/// `pods/<uid>/volumeDevices/kubernetes.io~csi/<pv>`: the pod's link to its device.
+fn block_link(root: &Path, uid: &str, spec: &str) -> PathBuf {
+    root.join("pods")
+        .join(uid)
+        .join("volumeDevices")
+        .join(PLUGIN_DIR)
+        .join(escape(spec))
+}
+
 /// `EscapeQualifiedName`: `/` becomes `~`.
 fn escape(name: &str) -> String {
     name.replace('/', "~")
@@ -1123,6 +1397,7 @@ async fn resolve(pod: &Pod, v: &Volume, objects: &dyn ObjectSource) -> Result<So
                 .as_ref()
                 .map(|r| (namespace.to_owned(), r.name.clone())),
             claim: None,
+            block: false,
         });
     }
     let (claim, read_only, owned_by_pod) = if let Some(c) = &v.persistent_volume_claim {
@@ -1183,9 +1458,18 @@ async fn resolve(pod: &Pod, v: &Volume, objects: &dyn ObjectSource) -> Result<So
         })?;
     check_claim_ref(&pv, pvc.metadata.uid.as_deref()).map_err(wrap)?;
     let spec = pv.spec.clone().unwrap_or_default();
-    if spec.volume_mode.as_deref() == Some("Block") {
+    // The kubelet's volumeMode checks against how the containers use the volume.
+    let block = spec.volume_mode.as_deref() == Some("Block");
+    let containers = || crate::pod::containers(pod);
+    if block && containers().any(|c| c.volume_mounts.iter().flatten().any(|m| m.name == v.name)) {
         return Err(format!(
-            "volume {} has volumeMode Block: block volumes (volumeDevices) are not supported by this node yet, and a Wasm pod can never have one",
+            "volume {} has volumeMode Block, but is specified in volumeMounts",
+            v.name
+        ));
+    }
+    if !block && containers().any(|c| c.volume_devices.iter().flatten().any(|d| d.name == v.name)) {
+        return Err(format!(
+            "volume {} has volumeMode Filesystem, but is specified in volumeDevices",
             v.name
         ));
     }
@@ -1222,6 +1506,7 @@ async fn resolve(pod: &Pod, v: &Volume, objects: &dyn ObjectSource) -> Result<So
         stage_secret: secret(&source.node_stage_secret_ref),
         publish_secret: secret(&source.node_publish_secret_ref),
         claim: Some(claim),
+        block,
     })
 }
 
@@ -1523,6 +1808,7 @@ mod tests {
             stage_secret: None,
             publish_secret: None,
             claim: None,
+            block: false,
         }
     }
 
