@@ -834,3 +834,55 @@ fn a_block_claim_is_a_device_file_in_a_busybox_pod_and_refused_to_a_wasm_pod() {
     assert!(message.contains("volumeDevice \"data\""), "{message}");
     assert_ne!(phase(&get_pod(&c, "blk-wasm").unwrap()), "Running");
 }
+
+#[test]
+fn a_pod_deleted_while_the_node_was_down_has_its_volume_unpublished_and_unstaged() {
+    let c = cluster();
+    let mut node = start_with(node_options(&c, &["ticker"]));
+    let d = driver(&c, &node, CsiDriverOptions::new(HOSTPATH));
+    csidriver(&c, HOSTPATH, serde_json::json!({"attachRequired": false}));
+    bound_claim(&c, "left", "pv-left", HOSTPATH, "vol-left", None);
+    let pod = c
+        .api
+        .create(&pod_with_spec(
+            "left",
+            serde_json::json!({
+                "nodeName": NODE, "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "main", "image": image("ticker"), "imagePullPolicy": "IfNotPresent",
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                "volumes": [claim_volume("left")],
+            }),
+        ))
+        .unwrap();
+    wait("the pod to run", LONG, || {
+        get_pod(&c, "left").filter(is_running)
+    });
+    let dir = node
+        .dir()
+        .join("root/pods")
+        .join(pod.metadata.uid.as_deref().unwrap());
+
+    // The node dies; the pod is removed from the API for good meanwhile.
+    node.kill();
+    c.api
+        .delete::<Pod>(Some("default"), "left", Some(0))
+        .unwrap();
+    node.restart().expect("the node starts again");
+    wait("the orphan's volume to be unstaged", LONG, || {
+        (count(&d.calls(), "NodeUnstageVolume vol-left") == 1).then_some(())
+    });
+    let calls = d.calls();
+    let unpublish = calls
+        .iter()
+        .position(|c| c.starts_with("NodeUnpublishVolume vol-left"))
+        .expect("unpublished");
+    let unstage = calls
+        .iter()
+        .position(|c| c.starts_with("NodeUnstageVolume vol-left"))
+        .unwrap();
+    assert!(unpublish < unstage, "{calls:#?}");
+    assert_eq!(count(&calls, "NodeStageVolume"), 1, "{calls:#?}");
+    wait("the orphan's directory to go", LONG, || {
+        (!dir.exists()).then_some(())
+    });
+}
