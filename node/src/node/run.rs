@@ -64,6 +64,16 @@ impl Node {
                 cancel.clone(),
             ),
         );
+        if let Some(client) = managers.api_client.clone() {
+            tasks.spawn(
+                "CSINode initialization",
+                crate::volumes::csi::registration::initialize_csinode(
+                    client,
+                    config.node_name.clone(),
+                    cancel.clone(),
+                ),
+            );
+        }
         match crate::pluginwatcher::PluginWatcher::new(&config.root_dir) {
             Ok(watcher) => {
                 let devices = crate::cm::devicemanager::registration::WatcherHandler(

@@ -152,6 +152,10 @@ fn allowed(r: &Request, pods: &BTreeSet<String>) -> bool {
         ("", "serviceaccounts", "token", "create") => true,
         // Only those the node's pods reference (the authorizer's graph).
         ("", "configmaps" | "secrets", "", "get") => r.namespace == "default",
+        // Its own CSINode (the Node authorizer's rule), made at start.
+        ("storage.k8s.io", "csinodes", "", "get" | "create" | "update" | "patch") => {
+            r.name == NODE || (r.verb == "create" && r.name.is_empty())
+        }
         _ => false,
     }
 }

@@ -167,6 +167,11 @@ const NODE_ID: &str = "csi.volume.kubernetes.io/nodeid";
 fn a_csi_driver_registers_into_the_csinode_and_the_node_and_leaves_them_when_it_goes() {
     let c = cluster();
     let node = start_with(node_options(&c, &[]));
+    // As the kubelet: the CSINode exists, owned by the Node, before any driver.
+    let empty = wait("the node's empty CSINode", LONG, || {
+        c.api.get::<CSINode>(None, NODE)
+    });
+    assert!(empty.spec.drivers.is_empty());
     let registry = node.dir().join("root").join("plugins_registry");
     let mut options = CsiDriverOptions::new("hostpath.csi.example.com");
     options.topology = [(

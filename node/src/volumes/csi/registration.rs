@@ -204,6 +204,79 @@ pub struct CsiRegistration {
     pub node_name: String,
 }
 
+/// An empty CSINode for `node`, owned by it.
+async fn create_csinode(csinodes: &Api<CSINode>, node: &Node) -> Result<CSINode, String> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let created = CSINode {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name,
+                uid: node.metadata.uid.clone().unwrap_or_default(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        spec: CSINodeSpec {
+            drivers: Vec::new(),
+        },
+    };
+    match csinodes.create(&PostParams::default(), &created).await {
+        Ok(c) => Ok(c),
+        // Made meanwhile (by a driver's registration or the initialization).
+        Err(kube::Error::Api(e)) if e.code == 409 => csinodes
+            .get(&created.metadata.name.unwrap_or_default())
+            .await
+            .map_err(|e| format!("error reading CSINode object: {e}")),
+        Err(e) => Err(format!("error creating CSINode object: {e}")),
+    }
+}
+
+/// The kubelet's `initializeCSINode`: once the Node is registered, its CSINode exists
+/// (empty until a driver registers), so the cluster sees the node's CSI state even
+/// with no driver. Tried every second until done or cancelled.
+pub async fn initialize_csinode(
+    client: kube::Client,
+    node_name: String,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let csinodes: Api<CSINode> = Api::all(client);
+    let mut last_error = String::new();
+    loop {
+        let outcome = async {
+            let Some(node) = nodes
+                .get_opt(&node_name)
+                .await
+                .map_err(|e| format!("reading Node {node_name}: {e}"))?
+            else {
+                return Ok(false);
+            };
+            match csinodes.get_opt(&node_name).await {
+                Ok(Some(_)) => Ok(true),
+                Ok(None) => create_csinode(&csinodes, &node).await.map(|_| true),
+                Err(e) => Err(format!("reading CSINode {node_name}: {e}")),
+            }
+        }
+        .await;
+        match outcome {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) if e != last_error => {
+                tracing::warn!("initializing the CSINode, will retry: {e}");
+                last_error = e;
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+    }
+}
+
 impl CsiRegistration {
     async fn install(&self, driver: &str, info: Option<&NodeInfo>) -> Result<(), String> {
         let Some(client) = &self.client else {
@@ -240,28 +313,7 @@ impl CsiRegistration {
         let mut csinode = match existing {
             Some(c) => c,
             None if info.is_none() => return Ok(()),
-            None => {
-                let created = CSINode {
-                    metadata: ObjectMeta {
-                        name: Some(self.node_name.clone()),
-                        owner_references: Some(vec![OwnerReference {
-                            api_version: "v1".into(),
-                            kind: "Node".into(),
-                            name: self.node_name.clone(),
-                            uid: node.metadata.uid.clone().unwrap_or_default(),
-                            ..Default::default()
-                        }]),
-                        ..Default::default()
-                    },
-                    spec: CSINodeSpec {
-                        drivers: Vec::new(),
-                    },
-                };
-                csinodes
-                    .create(&PostParams::default(), &created)
-                    .await
-                    .map_err(|e| format!("error creating CSINode object: {e}"))?
-            }
+            None => create_csinode(&csinodes, &node).await?,
         };
         if let Some(drivers) = csinode_drivers(&csinode.spec.drivers, driver, info) {
             csinode.spec.drivers = drivers;
