@@ -297,6 +297,24 @@ fn a_claim_keeps_its_data_across_busybox_and_wasm_pods_a_node_kill_and_is_staged
     let calls = d.calls();
     assert_eq!(count(&calls, "NodeStageVolume vol-data"), 1, "{calls:#?}");
     assert_eq!(count(&calls, "NodePublishVolume vol-data"), 2, "{calls:#?}");
+    // podInfoOnMount: the pod's identity in the volume context.
+    let published = d.publishes();
+    let ctx = &published
+        .iter()
+        .find(|p| {
+            p.volume_context
+                .get("csi.storage.k8s.io/pod.name")
+                .map(String::as_str)
+                == Some("box")
+        })
+        .expect("box's publish carries its pod info")
+        .volume_context;
+    assert_eq!(ctx["csi.storage.k8s.io/pod.namespace"], "default");
+    assert_eq!(
+        ctx["csi.storage.k8s.io/pod.uid"],
+        box_pod.metadata.uid.clone().unwrap()
+    );
+    assert_eq!(ctx["csi.storage.k8s.io/ephemeral"], "false");
     // The driver's NodeGetVolumeStats: in /stats/summary under the pod's volume name
     // with its claim, and in the kubelet's volume metrics by claim.
     let volume = wait("the volume's stats in /stats/summary", LONG, || {
@@ -469,6 +487,48 @@ fn a_driver_that_attaches_waits_for_its_volume_attachment_before_staging() {
         "hello\n"
     );
     assert_eq!(count(&d.calls(), "NodeStageVolume vol-disk"), 1);
+
+    // The claim mounted readOnly, with a publish secret on the PV: published
+    // read-only with the secret's data, and a Wasm guest cannot write to it.
+    c.api
+        .create(
+            &serde_json::from_value::<k8s_openapi::api::core::v1::Secret>(serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "disk-key", "namespace": "default"},
+                "data": {"key": "czNjcmV0"},
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+    let mut pv: PersistentVolume = c.api.get(None, "pv-disk").unwrap();
+    pv.spec
+        .as_mut()
+        .unwrap()
+        .csi
+        .as_mut()
+        .unwrap()
+        .node_publish_secret_ref = Some(k8s_openapi::api::core::v1::SecretReference {
+        name: Some("disk-key".into()),
+        namespace: Some("default".into()),
+    });
+    c.api.replace(&pv).unwrap();
+    c.api
+        .create(&volume_pod(
+            "reader",
+            serde_json::json!({"name": "data", "persistentVolumeClaim": {"claimName": "disk", "readOnly": true}}),
+            "/data",
+            Run::Wasm(&[("WRITE_FILE", "/data/g.txt")]),
+        ))
+        .unwrap();
+    let reader = wait("the read-only writer to fail", LONG, || {
+        get_pod(&c, "reader").filter(|p| phase(p) == "Failed")
+    });
+    assert_eq!(terminated_exit(&reader).map(|(code, _)| code), Some(1));
+    assert!(!d.volume_dir("vol-disk").join("g.txt").exists());
+    let published = d.publishes();
+    let last = published.last().unwrap();
+    assert!(last.readonly);
+    assert_eq!(last.secrets.get("key").map(String::as_str), Some("s3cret"));
 }
 
 #[test]

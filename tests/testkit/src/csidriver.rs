@@ -18,6 +18,15 @@ use wasmlet_proto::pluginregistration::v1::registration_server::{
     Registration, RegistrationServer,
 };
 
+/// What a `NodePublishVolume` carried besides its paths.
+#[derive(Clone, Debug)]
+pub struct Published {
+    pub volume_id: String,
+    pub volume_context: BTreeMap<String, String>,
+    pub secrets: BTreeMap<String, String>,
+    pub readonly: bool,
+}
+
 /// What the driver says about the node.
 #[derive(Clone, Debug)]
 pub struct CsiDriverOptions {
@@ -59,6 +68,8 @@ struct Shared {
     /// What it mounted and has not unmounted: unmounted when the driver is dropped,
     /// so a test that ends with volumes in use leaves no mount behind.
     mounts: Mutex<std::collections::BTreeSet<PathBuf>>,
+    /// The volume context and secret keys of each NodePublishVolume, in order.
+    publishes: Mutex<Vec<Published>>,
     statuses: Mutex<Vec<(bool, String)>>,
 }
 
@@ -242,6 +253,12 @@ impl Node for Driver {
             "NodePublishVolume {} {} readonly={}",
             r.volume_id, r.target_path, r.readonly
         ));
+        self.0.publishes.lock().unwrap().push(Published {
+            volume_id: r.volume_id.clone(),
+            volume_context: r.volume_context.clone().into_iter().collect(),
+            secrets: r.secrets.clone().into_iter().collect(),
+            readonly: r.readonly,
+        });
         if let Some(message) = &self.0.options.fail_publish {
             return Err(Status::internal(message.clone()));
         }
@@ -417,6 +434,7 @@ impl TestCsiDriver {
             calls: Mutex::new(Vec::new()),
             loops: Mutex::new(BTreeMap::new()),
             mounts: Mutex::default(),
+            publishes: Mutex::default(),
             statuses: Mutex::new(Vec::new()),
         });
         let driver = Driver(shared.clone());
@@ -443,6 +461,11 @@ impl TestCsiDriver {
     /// Every call so far with when it came.
     pub fn calls_at(&self) -> Vec<(std::time::Instant, String)> {
         self.shared.calls.lock().unwrap().clone()
+    }
+
+    /// What each `NodePublishVolume` carried, in order.
+    pub fn publishes(&self) -> Vec<Published> {
+        self.shared.publishes.lock().unwrap().clone()
     }
 
     /// Where the driver keeps the volume `id`'s files.
