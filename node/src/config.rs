@@ -27,6 +27,10 @@ pub struct NodeFlags {
     /// A KubeletConfiguration YAML (or JSON) file; flags override its values.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// An unknown or misplaced key in the configuration file is an error rather
+    /// than a warning.
+    #[arg(long)]
+    pub strict_config: bool,
     /// Directory for the node's state: image store, compile cache, checkpoints.
     #[arg(long, value_name = "DIR")]
     pub root_dir: Option<PathBuf>,
@@ -511,7 +515,7 @@ impl NodeFlags {
     /// push onto one list, so every bad value is reported at once, in this order.
     pub fn resolve(&self) -> Result<NodeConfig, ConfigErrors> {
         let mut errors = Vec::new();
-        let mut file = sections::read_file(self.config.as_deref(), &mut errors);
+        let mut file = sections::read_file(self.config.as_deref(), self.strict_config, &mut errors);
         let section = file.wasmlet.take().unwrap_or_default();
         let timing = self.timing(&file, &section, &mut errors);
         let servers = self.servers(&file, &mut errors);
@@ -730,6 +734,38 @@ mod tests {
             c.dns.resolv_conf.as_deref(),
             Some(std::path::Path::new("/etc/resolv.conf"))
         );
+    }
+
+    #[test]
+    fn a_misplaced_or_misspelt_key_names_the_field_it_meant_and_fails_when_strict() {
+        let yaml = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nplugins: []\nevictonHard: {}\nenableServer: true\n";
+        let (_dir, flags) = flags_with_file(yaml);
+        // Warned about, not fatal, by default (and enableServer, an upstream field
+        // wasmlet does not read, is only noted).
+        assert!(flags.clone().resolve().is_ok());
+        let strict = NodeFlags {
+            strict_config: true,
+            ..flags
+        };
+        let errors = strict.resolve().unwrap_err().to_string();
+        assert!(
+            errors.contains(
+                r#"unknown KubeletConfiguration field "plugins"; did you mean "wasmlet.plugins"?"#
+            ),
+            "{errors}"
+        );
+        assert!(
+            errors.contains(
+                r#"unknown KubeletConfiguration field "evictonHard"; did you mean "evictionHard"?"#
+            ),
+            "{errors}"
+        );
+        assert!(!errors.contains("enableServer"), "{errors}");
+        assert_eq!(
+            sections::nearest_field("csiTimeout").as_deref(),
+            Some("wasmlet.csiTimeout")
+        );
+        assert_eq!(sections::nearest_field("zzzzzzzzzz"), None);
     }
 
     #[test]

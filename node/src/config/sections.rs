@@ -46,9 +46,201 @@ pub(super) struct Sandbox {
     pub args: Vec<String>,
 }
 
+/// Every field of the kubelet's `KubeletConfiguration` (v1beta1, 1.33): a key among
+/// them that wasmlet does not read is ignored with a note; any other key is a mistake.
+const UPSTREAM_FIELDS: &[&str] = &[
+    "enableServer",
+    "staticPodPath",
+    "podLogsDir",
+    "syncFrequency",
+    "fileCheckFrequency",
+    "httpCheckFrequency",
+    "staticPodURL",
+    "staticPodURLHeader",
+    "address",
+    "port",
+    "readOnlyPort",
+    "tlsCertFile",
+    "tlsPrivateKeyFile",
+    "tlsCipherSuites",
+    "tlsMinVersion",
+    "rotateCertificates",
+    "serverTLSBootstrap",
+    "authentication",
+    "authorization",
+    "registryPullQPS",
+    "registryBurst",
+    "imagePullCredentialsVerificationPolicy",
+    "preloadedImagesVerificationAllowlist",
+    "eventRecordQPS",
+    "eventBurst",
+    "enableDebuggingHandlers",
+    "enableContentionProfiling",
+    "healthzPort",
+    "healthzBindAddress",
+    "oomScoreAdj",
+    "clusterDomain",
+    "clusterDNS",
+    "streamingConnectionIdleTimeout",
+    "nodeStatusUpdateFrequency",
+    "nodeStatusReportFrequency",
+    "nodeLeaseDurationSeconds",
+    "imageMinimumGCAge",
+    "imageMaximumGCAge",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "volumeStatsAggPeriod",
+    "kubeletCgroups",
+    "systemCgroups",
+    "cgroupRoot",
+    "cgroupsPerQOS",
+    "cgroupDriver",
+    "cpuManagerPolicy",
+    "singleProcessOOMKill",
+    "cpuManagerPolicyOptions",
+    "cpuManagerReconcilePeriod",
+    "memoryManagerPolicy",
+    "topologyManagerPolicy",
+    "topologyManagerScope",
+    "topologyManagerPolicyOptions",
+    "qosReserved",
+    "runtimeRequestTimeout",
+    "hairpinMode",
+    "maxPods",
+    "podCIDR",
+    "podPidsLimit",
+    "resolvConf",
+    "runOnce",
+    "cpuCFSQuota",
+    "cpuCFSQuotaPeriod",
+    "nodeStatusMaxImages",
+    "maxOpenFiles",
+    "contentType",
+    "kubeAPIQPS",
+    "kubeAPIBurst",
+    "serializeImagePulls",
+    "maxParallelImagePulls",
+    "evictionHard",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionPressureTransitionPeriod",
+    "evictionMaxPodGracePeriod",
+    "evictionMinimumReclaim",
+    "mergeDefaultEvictionSettings",
+    "podsPerCore",
+    "enableControllerAttachDetach",
+    "protectKernelDefaults",
+    "makeIPTablesUtilChains",
+    "iptablesMasqueradeBit",
+    "iptablesDropBit",
+    "featureGates",
+    "failSwapOn",
+    "memorySwap",
+    "containerLogMaxSize",
+    "containerLogMaxFiles",
+    "containerLogMaxWorkers",
+    "containerLogMonitorInterval",
+    "configMapAndSecretChangeDetectionStrategy",
+    "systemReserved",
+    "kubeReserved",
+    "reservedSystemCPUs",
+    "showHiddenMetricsForVersion",
+    "systemReservedCgroup",
+    "kubeReservedCgroup",
+    "enforceNodeAllocatable",
+    "allowedUnsafeSysctls",
+    "volumePluginDir",
+    "providerID",
+    "kernelMemcgNotification",
+    "logging",
+    "enableSystemLogHandler",
+    "enableSystemLogQuery",
+    "shutdownGracePeriod",
+    "shutdownGracePeriodCriticalPods",
+    "shutdownGracePeriodByPodPriority",
+    "crashLoopBackOff",
+    "reservedMemory",
+    "enableProfilingHandler",
+    "enableDebugFlagsHandler",
+    "seccompDefault",
+    "memoryThrottlingFactor",
+    "registerWithTaints",
+    "registerNode",
+    "tracing",
+    "localStorageCapacityIsolation",
+    "containerRuntimeEndpoint",
+    "imageServiceEndpoint",
+    "failCgroupV1",
+    "userNamespaces",
+    "apiVersion",
+    "kind",
+];
+
+/// The keys of wasmlet's own section (`wasmlet:`), for the hint when one is written
+/// at the top level.
+const WASMLET_FIELDS: &[&str] = &[
+    "restartBackoff",
+    "housekeepingInterval",
+    "plegRelistPeriod",
+    "evictionMonitoringPeriod",
+    "imageGCPeriod",
+    "runtimeHandlers",
+    "plugins",
+    "registryCertsDir",
+    "insecureRegistries",
+    "cniConfDir",
+    "cniBinDir",
+    "sysfsRoot",
+    "deviceAdapterPeriod",
+    "csiTimeout",
+];
+
+/// Levenshtein distance, case-insensitive.
+fn distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.to_lowercase().chars().collect();
+    let b: Vec<char> = b.to_lowercase().chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// What an unknown top-level key probably meant: `wasmlet.<key>` for a key of
+/// wasmlet's section, else the nearest KubeletConfiguration or wasmlet field.
+pub(super) fn nearest_field(key: &str) -> Option<String> {
+    if WASMLET_FIELDS.iter().any(|f| f.eq_ignore_ascii_case(key)) {
+        return Some(format!("wasmlet.{key}"));
+    }
+    let candidates = UPSTREAM_FIELDS
+        .iter()
+        .map(|f| (f.to_string(), distance(key, f)))
+        .chain(
+            WASMLET_FIELDS
+                .iter()
+                .map(|f| (format!("wasmlet.{f}"), distance(key, f))),
+        );
+    candidates
+        .filter(|(_, d)| *d <= (key.len() / 3).max(2))
+        .min_by_key(|(_, d)| *d)
+        .map(|(f, _)| f)
+}
+
 /// The file's header: the file read (a default one without `--config`) and its
-/// `apiVersion` and `kind` checked. Fields wasmlet does not use are logged.
-pub(super) fn read_file(path: Option<&Path>, errors: &mut Vec<String>) -> KubeletConfiguration {
+/// `apiVersion` and `kind` checked. A KubeletConfiguration field wasmlet does not
+/// use is noted; a key that is no field at all is a warning naming the field it
+/// probably meant, or with `strict` an error.
+pub(super) fn read_file(
+    path: Option<&Path>,
+    strict: bool,
+    errors: &mut Vec<String>,
+) -> KubeletConfiguration {
     let file = match path {
         Some(path) => load_file(path).unwrap_or_else(|e| {
             errors.push(e);
@@ -69,9 +261,22 @@ pub(super) fn read_file(path: Option<&Path>, errors: &mut Vec<String>) -> Kubele
         errors.push(format!("kind: {k:?} is not KubeletConfiguration"));
     }
     for key in file.other.keys() {
-        tracing::info!(
-            "config: ignoring KubeletConfiguration field {key:?}, which wasmlet does not use"
-        );
+        if UPSTREAM_FIELDS.contains(&key.as_str()) {
+            tracing::info!(
+                "config: ignoring KubeletConfiguration field {key:?}, which wasmlet does not use"
+            );
+            continue;
+        }
+        let hint = match nearest_field(key) {
+            Some(f) => format!("; did you mean {f:?}?"),
+            None => String::new(),
+        };
+        let message = format!("unknown KubeletConfiguration field {key:?}{hint}");
+        if strict {
+            errors.push(message);
+        } else {
+            tracing::warn!("config: {message} (ignored; --strict-config makes this an error)");
+        }
     }
     file
 }
