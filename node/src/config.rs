@@ -277,7 +277,7 @@ struct KubeletConfiguration {
 
 /// wasmlet's own settings, under `wasmlet:` in the config file.
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 struct WasmletSection {
     /// Container restart back-off: first delay, doubled per crash up to `max`.
     restart_backoff: Option<BackoffSection>,
@@ -312,7 +312,6 @@ struct WasmletSection {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct BackoffSection {
     initial: Option<String>,
     max: Option<String>,
@@ -676,9 +675,46 @@ pub fn parse_taint(s: &str) -> Result<k8s_openapi::api::core::v1::Taint, String>
     })
 }
 
-fn load_file(path: &Path) -> Result<KubeletConfiguration, String> {
+/// The config file as read: the parsed file, the path of every key no field took
+/// (`wasmlet.plugins.0.limit`; keys at the top level land in `other` instead, as the
+/// KubeletConfiguration fields wasmlet does not use are among them), and the
+/// plugins whose `world:` has a deprecated short name.
+#[derive(Default)]
+struct LoadedFile {
+    file: KubeletConfiguration,
+    ignored: Vec<String>,
+    /// `(wasmlet.plugins.<i>.world, the short name)`.
+    deprecated_worlds: Vec<(String, String)>,
+}
+
+fn load_file(path: &Path) -> Result<LoadedFile, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let mut ignored = Vec::new();
+    let file = serde_saphyr::with_deserializer_from_str(&text, |de| {
+        // `?` stands for an `Option`'s content in the path; the file has no such level.
+        serde_ignored::deserialize(de, |key| {
+            ignored.push(key.to_string().replace(".?", "").replace("?.", ""))
+        })
+    })
+    .map_err(|e| format!("{}: {e}", path.display()))?;
+    // The world's spelling is gone once parsed; read it from the tree.
+    let tree: serde_json::Value = serde_saphyr::from_str(&text).unwrap_or_default();
+    let deprecated_worlds = tree["wasmlet"]["plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            let name = p["world"].as_str()?;
+            wasmlet_plugin_host::World::from_deprecated_alias(name)
+                .map(|_| (format!("wasmlet.plugins.{i}.world"), name.to_string()))
+        })
+        .collect();
+    Ok(LoadedFile {
+        file,
+        ignored,
+        deprecated_worlds,
+    })
 }
 
 fn hostname() -> String {
@@ -766,6 +802,33 @@ mod tests {
             Some("wasmlet.csiTimeout")
         );
         assert_eq!(sections::nearest_field("zzzzzzzzzz"), None);
+    }
+
+    #[test]
+    fn unknown_keys_in_every_section_are_named_with_their_path() {
+        let yaml = "wasmlet:\n  csiTimout: 1m\n  restartBackoff: {initial: 1s, maks: 10s}\n  plugins:\n  - name: p\n    world: probe\n    source: {file: /p.wasm}\n    limit: {timeoutMillis: 5}\n    grants: {netwrk: true, filesystem: [{hostPath: /a, guestPath: /b, readonly: true}]}\nauthentication:\n  anonymus: {enabled: false}\n";
+        let (_dir, flags) = flags_with_file(yaml);
+        let config = flags.clone().resolve().unwrap();
+        assert_eq!(
+            config.plugins.len(),
+            1,
+            "the deprecated world name still reads"
+        );
+        let strict = NodeFlags {
+            strict_config: true,
+            ..flags
+        };
+        let errors = strict.resolve().unwrap_err().to_string();
+        for expected in [
+            r#"unknown field "wasmlet.csiTimout"; did you mean "wasmlet.csiTimeout"?"#,
+            r#"unknown field "wasmlet.restartBackoff.maks"; did you mean "wasmlet.restartBackoff.max"?"#,
+            r#"unknown field "wasmlet.plugins.0.limit"; did you mean "wasmlet.plugins.0.limits"?"#,
+            r#"unknown field "wasmlet.plugins.0.grants.netwrk"; did you mean "wasmlet.plugins.0.grants.network"?"#,
+            r#"unknown field "wasmlet.plugins.0.grants.filesystem.0.readonly"; did you mean "wasmlet.plugins.0.grants.filesystem.0.readOnly"?"#,
+            r#"unknown field "authentication.anonymus""#,
+        ] {
+            assert!(errors.contains(expected), "{expected} in {errors}");
+        }
     }
 
     #[test]
@@ -964,9 +1027,14 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_wasmlet_field_is_an_error() {
+    fn an_unknown_wasmlet_field_is_an_error_when_strict() {
         let (_dir, flags) = flags_with_file("wasmlet:\n  restartBackof: {initial: 1s}\n");
-        let text = flags.resolve().unwrap_err().0.join("\n");
+        assert!(flags.clone().resolve().is_ok());
+        let strict = NodeFlags {
+            strict_config: true,
+            ..flags
+        };
+        let text = strict.resolve().unwrap_err().0.join("\n");
         assert!(text.contains("restartBackof"), "{text}");
     }
 

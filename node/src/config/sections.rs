@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use super::{
     CgroupSettings, ClusterSettings, ContainerLogSettings, CriSettings, KubeletConfiguration,
-    ManifestUrl, NodeFlags, WasmletSection, hostname, load_file, node_label_allowed, parse_taint,
+    LoadedFile, ManifestUrl, NodeFlags, WasmletSection, hostname, load_file, node_label_allowed,
+    parse_taint,
 };
 use crate::duration;
 use crate::pod::is_dns_subdomain;
@@ -241,12 +242,16 @@ pub(super) fn read_file(
     strict: bool,
     errors: &mut Vec<String>,
 ) -> KubeletConfiguration {
-    let file = match path {
+    let LoadedFile {
+        file,
+        ignored,
+        deprecated_worlds,
+    } = match path {
         Some(path) => load_file(path).unwrap_or_else(|e| {
             errors.push(e);
-            KubeletConfiguration::default()
+            LoadedFile::default()
         }),
-        None => KubeletConfiguration::default(),
+        None => LoadedFile::default(),
     };
     if let Some(v) = &file.api_version
         && v != "kubelet.config.k8s.io/v1beta1"
@@ -260,6 +265,13 @@ pub(super) fn read_file(
     {
         errors.push(format!("kind: {k:?} is not KubeletConfiguration"));
     }
+    let mut unknown = |message: String| {
+        if strict {
+            errors.push(message);
+        } else {
+            tracing::warn!("config: {message} (ignored; --strict-config makes this an error)");
+        }
+    };
     for key in file.other.keys() {
         if UPSTREAM_FIELDS.contains(&key.as_str()) {
             tracing::info!(
@@ -271,14 +283,52 @@ pub(super) fn read_file(
             Some(f) => format!("; did you mean {f:?}?"),
             None => String::new(),
         };
-        let message = format!("unknown KubeletConfiguration field {key:?}{hint}");
-        if strict {
-            errors.push(message);
-        } else {
-            tracing::warn!("config: {message} (ignored; --strict-config makes this an error)");
+        unknown(format!("unknown KubeletConfiguration field {key:?}{hint}"));
+    }
+    for path in ignored {
+        let hint = match nearest_nested(&path) {
+            Some(f) => format!("; did you mean {f:?}?"),
+            None => String::new(),
+        };
+        unknown(format!("unknown field {path:?}{hint}"));
+    }
+    for (path, alias) in deprecated_worlds {
+        if let Some(world) = wasmlet_plugin_host::World::from_deprecated_alias(&alias) {
+            tracing::warn!(
+                "config: {path}: {alias:?} is the deprecated name of {:?}, the WIT world's name",
+                world.as_str()
+            );
         }
     }
     file
+}
+
+/// The key a nested unknown key (`wasmlet.plugins.0.limit`) probably meant, among
+/// the keys of its own section: `wasmlet.plugins.0.limits`.
+pub(super) fn nearest_nested(path: &str) -> Option<String> {
+    use wasmlet_plugin_host::config::{
+        FILESYSTEM_GRANT_KEYS, GRANTS_KEYS, LIMITS_KEYS, PLUGIN_KEYS,
+    };
+    let (parent, key) = path.rsplit_once('.')?;
+    let parts: Vec<&str> = parent.split('.').collect();
+    let index = |p: &str| p.parse::<usize>().is_ok();
+    let known: &[&str] = match parts[..] {
+        ["wasmlet"] => WASMLET_FIELDS,
+        ["wasmlet", "restartBackoff"] => &["initial", "max"],
+        ["wasmlet", "plugins", i] if index(i) => PLUGIN_KEYS,
+        ["wasmlet", "plugins", i, "limits"] if index(i) => LIMITS_KEYS,
+        ["wasmlet", "plugins", i, "grants"] if index(i) => GRANTS_KEYS,
+        ["wasmlet", "plugins", i, "grants", "filesystem", j] if index(i) && index(j) => {
+            FILESYSTEM_GRANT_KEYS
+        }
+        _ => return None,
+    };
+    known
+        .iter()
+        .map(|f| (*f, distance(key, f)))
+        .filter(|(_, d)| *d <= (key.len() / 3).max(2))
+        .min_by_key(|(_, d)| *d)
+        .map(|(f, _)| format!("{parent}.{f}"))
 }
 
 /// A duration: the flag's, else the file's, else `default` (also when it is bad).
@@ -993,7 +1043,7 @@ pub(super) fn image_gc(
 
 /// One entry of `shutdownGracePeriodByPodPriority`.
 #[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub(super) struct ShutdownGracePeriodByPodPriority {
     priority: i32,
     shutdown_grace_period_seconds: i64,

@@ -227,7 +227,7 @@ fn the_widget_device_adapter_serves_wasm_pods_and_a_failing_adapter_is_unhealthy
     let adapter = built["widget-device"].display().to_string();
     let mut opts = node_options(&c, &["hello"]);
     opts.wasmlet_config = format!(
-        "  deviceAdapterPeriod: 1s\n  plugins:\n  - name: widgets\n    world: device-adapter\n    source: {{file: {adapter}}}\n    settings: {{resource-name: example.com/wasm-widget, count: \"2\"}}\n  - name: broken\n    world: device-adapter\n    source: {{file: {adapter}}}\n    settings: {{resource-name: example.com/broken-widget, count: \"2\", fail-after-ms: \"{fail_at}\"}}\n"
+        "  deviceAdapterPeriod: 1s\n  plugins:\n  - name: widgets\n    world: device-adapter-plugin\n    source: {{file: {adapter}}}\n    settings: {{resource-name: example.com/wasm-widget, count: \"2\"}}\n  - name: broken\n    world: device-adapter-plugin\n    source: {{file: {adapter}}}\n    settings: {{resource-name: example.com/broken-widget, count: \"2\", fail-after-ms: \"{fail_at}\"}}\n"
     );
     let node = start_with(opts);
     wait_amounts(&c, "example.com/wasm-widget", ("2", "2"));

@@ -432,7 +432,7 @@ fn an_eviction_plugin_reorders_the_candidates_and_a_failing_one_falls_back() {
     let node = pressure_node(
         &c,
         &format!(
-            "  - name: rank\n    world: eviction\n    source: {{file: {}}}\n    settings: {{protect-namespaces: protected}}\n",
+            "  - name: rank\n    world: eviction-plugin\n    source: {{file: {}}}\n    settings: {{protect-namespaces: protected}}\n",
             built["priority-eviction"].display()
         ),
     );
@@ -445,7 +445,7 @@ fn an_eviction_plugin_reorders_the_candidates_and_a_failing_one_falls_back() {
     let node = pressure_node(
         &c,
         &format!(
-            "  - name: rank\n    world: eviction\n    source: {{file: {}}}\n",
+            "  - name: rank\n    world: eviction-plugin\n    source: {{file: {}}}\n",
             built["hostile-trap"].display()
         ),
     );

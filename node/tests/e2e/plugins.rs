@@ -39,7 +39,7 @@ fn probe_and_admission_plugins_decide_for_real_pods() {
     )
     .unwrap();
     let config = format!(
-        "  plugins:\n  - name: http-json\n    world: probe\n    source: {{file: {}}}\n  - name: require-team\n    world: admission\n    source: {{image: {reference}}}\n    settings: {{label: team, max-cpu-millis: \"1000\"}}\n",
+        "  plugins:\n  - name: http-json\n    world: probe-plugin\n    source: {{file: {}}}\n  - name: require-team\n    world: admission-plugin\n    source: {{image: {reference}}}\n    settings: {{label: team, max-cpu-millis: \"1000\"}}\n",
         built["http-json-probe"].display(),
     );
     let node = start_with(NodeOptions {

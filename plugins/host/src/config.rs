@@ -23,13 +23,13 @@ pub const MIN_MEMORY_BYTES: u64 = 1 << 20;
 /// ```yaml
 /// plugins:
 /// - name: grpc-health
-///   world: probe
+///   world: probe-plugin
 ///   source: { file: /etc/wasmlet/plugins/grpc_health.wasm }
 ///   limits: { timeoutMillis: 500, memoryBytes: 33554432 }
 ///   settings: { service: health }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PluginConfig {
     /// Unique among the node's plugins; a DNS label (it names the plugin in logs,
     /// events, metrics and pod annotations).
@@ -50,13 +50,38 @@ pub struct PluginConfig {
     pub failure_policy: Option<FailurePolicy>,
 }
 
-/// The world a plugin implements.
+/// The keys of one `plugins:` entry, for the node's hint on a misspelt one.
+pub const PLUGIN_KEYS: &[&str] = &[
+    "name",
+    "world",
+    "source",
+    "limits",
+    "grants",
+    "settings",
+    "failurePolicy",
+];
+/// The keys of `limits:`.
+pub const LIMITS_KEYS: &[&str] = &["timeoutMillis", "memoryBytes"];
+/// The keys of `grants:`.
+pub const GRANTS_KEYS: &[&str] = &["filesystem", "network"];
+/// The keys of one `grants.filesystem` entry.
+pub const FILESYSTEM_GRANT_KEYS: &[&str] = &["hostPath", "guestPath", "readOnly"];
+
+/// The world a plugin implements, named as the WIT names it (`probe-plugin`, ...):
+/// one name in the WIT, the configuration, the metrics and the docs.
+///
+/// The short names of the first releases (`probe`, `admission`, `eviction`,
+/// `device-adapter`) are still read, as deprecated aliases; the node warns about
+/// them ([`World::from_deprecated_alias`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
 pub enum World {
+    #[serde(rename = "probe-plugin", alias = "probe")]
     Probe,
+    #[serde(rename = "admission-plugin", alias = "admission")]
     Admission,
+    #[serde(rename = "eviction-plugin", alias = "eviction")]
     Eviction,
+    #[serde(rename = "device-adapter-plugin", alias = "device-adapter")]
     DeviceAdapter,
 }
 
@@ -69,24 +94,30 @@ impl World {
         World::DeviceAdapter,
     ];
 
-    /// The configuration's spelling: `probe`, `admission`, `eviction`, `device-adapter`.
+    /// The WIT world's name, which is also the configuration's spelling:
+    /// `probe-plugin`, `admission-plugin`, `eviction-plugin`, `device-adapter-plugin`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            World::Probe => "probe",
-            World::Admission => "admission",
-            World::Eviction => "eviction",
-            World::DeviceAdapter => "device-adapter",
-        }
-    }
-
-    /// The WIT world's name, e.g. `probe-plugin`.
-    pub fn wit_world(self) -> &'static str {
         match self {
             World::Probe => "probe-plugin",
             World::Admission => "admission-plugin",
             World::Eviction => "eviction-plugin",
             World::DeviceAdapter => "device-adapter-plugin",
         }
+    }
+
+    /// The world a name denotes: the WIT name, or a deprecated short one.
+    pub fn parse(name: &str) -> Option<World> {
+        World::ALL
+            .into_iter()
+            .find(|w| w.as_str() == name)
+            .or_else(|| World::from_deprecated_alias(name))
+    }
+
+    /// The world a deprecated short name (`probe`, ...) denotes, if `name` is one.
+    pub fn from_deprecated_alias(name: &str) -> Option<World> {
+        World::ALL
+            .into_iter()
+            .find(|w| w.as_str().strip_suffix("-plugin") == Some(name))
     }
 
     /// The interface the component must export, with its version.
@@ -97,6 +128,17 @@ impl World {
             World::Eviction => "wasmlet:plugin/eviction@0.1.0",
             World::DeviceAdapter => "wasmlet:plugin/device-adapter@0.1.0",
         }
+    }
+}
+
+impl std::str::FromStr for World {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<World, String> {
+        World::parse(name).ok_or_else(|| {
+            let names: Vec<&str> = World::ALL.iter().map(|w| w.as_str()).collect();
+            format!("unknown world `{name}`: one of {}", names.join(", "))
+        })
     }
 }
 
@@ -119,7 +161,7 @@ pub enum PluginSource {
 
 /// The limits every call of the plugin runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Limits {
     /// The deadline of one call, in milliseconds (a probe call uses the probe's
     /// `timeoutSeconds` instead) [default: 1000].
@@ -157,7 +199,7 @@ impl Limits {
 
 /// What the sandbox lets the plugin reach beyond the ABI. Nothing by default.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Grants {
     /// Host directories preopened for the plugin.
     #[serde(default)]
@@ -169,7 +211,7 @@ pub struct Grants {
 
 /// A host directory the plugin sees at `guestPath`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct FilesystemGrant {
     /// An absolute directory on the node.
     pub host_path: PathBuf,
@@ -356,11 +398,11 @@ mod tests {
     fn the_config_file_shape_parses_with_defaults() {
         let yaml = "
 - name: grpc-health
-  world: probe
+  world: probe-plugin
   source: { file: /etc/wasmlet/plugins/grpc.wasm }
   settings: { service: health }
 - name: labels
-  world: admission
+  world: admission-plugin
   source: { image: registry.example/labels:1 }
   limits: { timeoutMillis: 200, memoryBytes: 16777216 }
   grants:
@@ -369,7 +411,7 @@ mod tests {
     - { hostPath: /var/lib/x, guestPath: /x }
   failurePolicy: Ignore
 - name: widgets
-  world: device-adapter
+  world: device-adapter-plugin
   source: { file: /p/w.wasm }
 ";
         let plugins: Vec<PluginConfig> = serde_saphyr::from_str(yaml).unwrap();
@@ -389,10 +431,57 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_field_is_refused() {
-        let yaml = "name: a\nworld: probe\nsource: { file: /a.wasm }\nlimit: {}\n";
-        let err = serde_saphyr::from_str::<PluginConfig>(yaml).unwrap_err();
-        assert!(err.to_string().contains("limit"), "{err}");
+    fn the_key_lists_name_every_field() {
+        let full = PluginConfig {
+            grants: Grants {
+                filesystem: vec![FilesystemGrant {
+                    host_path: "/a".into(),
+                    guest_path: "/b".into(),
+                    read_only: true,
+                }],
+                network: true,
+            },
+            failure_policy: Some(FailurePolicy::Fail),
+            ..plugin("a", World::Admission)
+        };
+        let value = serde_json::to_value(&full).unwrap();
+        let keys = |v: &serde_json::Value| -> Vec<String> {
+            let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            keys.sort();
+            keys
+        };
+        let sorted = |k: &[&str]| -> Vec<String> {
+            let mut k: Vec<String> = k.iter().map(|s| s.to_string()).collect();
+            k.sort();
+            k
+        };
+        assert_eq!(keys(&value), sorted(PLUGIN_KEYS));
+        assert_eq!(keys(&value["limits"]), sorted(LIMITS_KEYS));
+        assert_eq!(keys(&value["grants"]), sorted(GRANTS_KEYS));
+        assert_eq!(
+            keys(&value["grants"]["filesystem"][0]),
+            sorted(FILESYSTEM_GRANT_KEYS)
+        );
+    }
+
+    #[test]
+    fn worlds_are_named_as_the_wit_names_them_and_the_short_names_still_read() {
+        for world in World::ALL {
+            let wit: World = serde_saphyr::from_str(world.as_str()).unwrap();
+            assert_eq!(wit, world);
+            let short = world.as_str().strip_suffix("-plugin").unwrap();
+            let alias: World = serde_saphyr::from_str(short).unwrap();
+            assert_eq!(alias, world);
+            assert_eq!(World::from_deprecated_alias(short), Some(world));
+            assert_eq!(World::from_deprecated_alias(world.as_str()), None);
+            assert_eq!(short.parse::<World>(), Ok(world));
+        }
+        assert!(
+            "probes"
+                .parse::<World>()
+                .unwrap_err()
+                .contains("probe-plugin")
+        );
     }
 
     #[test]

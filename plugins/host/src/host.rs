@@ -461,7 +461,7 @@ impl PluginHost {
         let link_err = |e: wasmtime::Error| {
             wrong(format!(
                 "it imports something the {} world does not offer: {e:#}",
-                world.wit_world()
+                world.as_str()
             ))
         };
         let pre = match world {

@@ -18,7 +18,7 @@
 //! use wasmlet_plugin_host::{HostOptions, PluginConfig, PluginHost};
 //! let host = PluginHost::new(HostOptions::default())?;
 //! let config: PluginConfig = serde_json::from_str(
-//!     r#"{"name": "grpc", "world": "probe", "source": {"file": "/plugins/grpc.wasm"}}"#,
+//!     r#"{"name": "grpc", "world": "probe-plugin", "source": {"file": "/plugins/grpc.wasm"}}"#,
 //! )?;
 //! host.load(config).await?;
 //! # Ok(()) }
@@ -96,7 +96,7 @@ mod tests {
             );
         }
         for world in World::ALL {
-            assert!(WORLDS.contains(&world.wit_world()));
+            assert!(WORLDS.contains(&world.as_str()));
         }
     }
 }

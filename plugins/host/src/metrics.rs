@@ -150,14 +150,14 @@ mod tests {
             metrics: &m,
         }]);
         for line in [
-            "wasmlet_plugin_calls_total{plugin=\"p\",world=\"probe\"} 4",
+            "wasmlet_plugin_calls_total{plugin=\"p\",world=\"probe-plugin\"} 4",
             "wasmlet_plugin_failures_total{plugin=\"p\",kind=\"timeout\"} 1",
             "wasmlet_plugin_disabled{plugin=\"p\"} 1",
-            "wasmlet_plugin_call_duration_seconds_bucket{plugin=\"p\",world=\"probe\",le=\"0.00005\"} 1",
-            "wasmlet_plugin_call_duration_seconds_bucket{plugin=\"p\",world=\"probe\",le=\"0.001\"} 2",
-            "wasmlet_plugin_call_duration_seconds_bucket{plugin=\"p\",world=\"probe\",le=\"5\"} 2",
-            "wasmlet_plugin_call_duration_seconds_bucket{plugin=\"p\",world=\"probe\",le=\"+Inf\"} 3",
-            "wasmlet_plugin_call_duration_seconds_count{plugin=\"p\",world=\"probe\"} 3",
+            "wasmlet_plugin_call_duration_seconds_bucket{plugin=\"p\",world=\"probe-plugin\",le=\"0.00005\"} 1",
+            "wasmlet_plugin_call_duration_seconds_bucket{plugin=\"p\",world=\"probe-plugin\",le=\"0.001\"} 2",
+            "wasmlet_plugin_call_duration_seconds_bucket{plugin=\"p\",world=\"probe-plugin\",le=\"5\"} 2",
+            "wasmlet_plugin_call_duration_seconds_bucket{plugin=\"p\",world=\"probe-plugin\",le=\"+Inf\"} 3",
+            "wasmlet_plugin_call_duration_seconds_count{plugin=\"p\",world=\"probe-plugin\"} 3",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
         }

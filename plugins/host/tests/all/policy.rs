@@ -147,10 +147,10 @@ async fn metrics_count_calls_failures_and_durations() {
     assert_eq!(good.metrics.failures_total(), 0);
     let text = host.metrics_text();
     for line in [
-        "wasmlet_plugin_calls_total{plugin=\"good\",world=\"eviction\"} 3",
-        "wasmlet_plugin_calls_total{plugin=\"trap\",world=\"eviction\"} 1",
+        "wasmlet_plugin_calls_total{plugin=\"good\",world=\"eviction-plugin\"} 3",
+        "wasmlet_plugin_calls_total{plugin=\"trap\",world=\"eviction-plugin\"} 1",
         "wasmlet_plugin_failures_total{plugin=\"trap\",kind=\"trap\"} 1",
-        "wasmlet_plugin_call_duration_seconds_count{plugin=\"good\",world=\"eviction\"} 3",
+        "wasmlet_plugin_call_duration_seconds_count{plugin=\"good\",world=\"eviction-plugin\"} 3",
         "wasmlet_plugin_disabled{plugin=\"good\"} 0",
     ] {
         assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
