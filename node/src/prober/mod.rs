@@ -149,9 +149,10 @@ impl Runner for RealRunner {
                             }
                             output.truncate(cut);
                         }
+                        // The plugin's name with its message, in the event and the log.
                         Outcome {
                             result: ProbeResult::Failure,
-                            output,
+                            output: format!("plugin {name}: {output}"),
                             warning: false,
                         }
                     }
@@ -513,25 +514,32 @@ impl Worker {
                 () = tokio::time::sleep(Duration::from_secs_f64(spread)) => {}
             }
         }
+        // As the kubelet's worker: probe, then wait for the next tick or a trigger. The
+        // interval's first tick is taken here, before the first probe: it is not ready
+        // at once (the timer fires it on its next turn), and left pending it would run a
+        // second probe right after a triggered first one.
         let mut ticker = tokio::time::interval(self.timing.period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let exit = loop {
-            tokio::select! {
-                biased;
-                () = cancel.cancelled() => break Exit::Stopped,
-                _ = ticker.tick() => {}
-                () = trigger.notified() => {
-                    if !self.wants_trigger() {
-                        continue;
-                    }
-                }
-            }
+        ticker.tick().await;
+        let exit = 'probing: loop {
             let keep_going = tokio::select! {
                 () = cancel.cancelled() => break Exit::Stopped,
                 go = self.probe_once() => go,
             };
             if !keep_going {
                 break Exit::Done;
+            }
+            loop {
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => break 'probing Exit::Stopped,
+                    _ = ticker.tick() => break,
+                    () = trigger.notified() => {
+                        if self.wants_trigger() {
+                            break;
+                        }
+                    }
+                }
             }
         };
         self.finish(exit);
