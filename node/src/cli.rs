@@ -38,6 +38,11 @@ pub enum Command {
         #[command(subcommand)]
         what: GetWhat,
     },
+    /// Tools for plugin authors: the adapter, componentize, check, run once, pack.
+    Plugin {
+        #[command(subcommand)]
+        action: crate::plugin_tools::PluginAction,
+    },
     /// The per-pod Wasm sandbox process (started by the node, not by hand).
     #[command(hide = true)]
     Sandbox {

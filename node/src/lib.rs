@@ -26,6 +26,7 @@ pub mod machine;
 pub mod metrics;
 pub mod node;
 pub mod pleg;
+pub mod plugin_tools;
 pub mod plugins;
 pub mod pluginwatcher;
 pub mod pod;

@@ -11,8 +11,16 @@ fn main() -> ExitCode {
     // One TLS provider for the whole process, before any client is built.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
-    init_tracing(cli.verbosity);
+    // A plugin author wants every line the plugin logs, and little else.
+    let default_filter = match (&cli.command, cli.verbosity) {
+        (Some(Command::Plugin { .. }), _) => "warn,plugin=trace",
+        (_, 0) => "info",
+        (_, 1) => "debug",
+        _ => "trace",
+    };
+    init_tracing(default_filter);
     match cli.command {
+        Some(Command::Plugin { action }) => wasmlet_node::plugin_tools::main(action),
         Some(Command::Sandbox { args }) => wasmlet_runtime_wasm::sandbox::main(args),
         Some(Command::Images { root_dir, action }) => cli::images(root_dir, action),
         Some(Command::Get { what }) => cli::get(what),
@@ -20,12 +28,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(verbosity: u8) {
-    let default = match verbosity {
-        0 => "info",
-        1 => "debug",
-        _ => "trace",
-    };
+fn init_tracing(default: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -114,25 +114,30 @@ pub fn probe_plugin(
     let settings_key = format!("{key}.settings");
     let settings = match annotations.get(&settings_key) {
         None => Vec::new(),
-        Some(raw) => match serde_json::from_str::<BTreeMap<String, serde_json::Value>>(raw) {
-            Ok(map) => map
-                .into_iter()
-                .map(|(key, value)| Pair {
-                    key,
-                    value: match value {
-                        serde_json::Value::String(s) => s,
-                        other => other.to_string(),
-                    },
-                })
-                .collect(),
-            Err(e) => {
-                return Some(Err(format!(
-                    "annotation {settings_key}: not a JSON object: {e}"
-                )));
-            }
+        Some(raw) => match settings_from_json(raw) {
+            Ok(settings) => settings,
+            Err(e) => return Some(Err(format!("annotation {settings_key}: {e}"))),
         },
     };
     Some(Ok((plugin, settings)))
+}
+
+/// A probe's per-pod settings from their JSON object, as the pod annotation carries
+/// them: every value becomes text (`{"port": 8080}` gives `port` = `8080`), in key
+/// order.
+pub fn settings_from_json(raw: &str) -> Result<Vec<Pair>, String> {
+    let map = serde_json::from_str::<BTreeMap<String, serde_json::Value>>(raw)
+        .map_err(|e| format!("not a JSON object: {e}"))?;
+    Ok(map
+        .into_iter()
+        .map(|(key, value)| Pair {
+            key,
+            value: match value {
+                serde_json::Value::String(s) => s,
+                other => other.to_string(),
+            },
+        })
+        .collect())
 }
 
 /// The node as admission plugins see it: allocatable, what `admitted` already
@@ -375,9 +380,9 @@ mod tests {
         assert!(already_running(&p));
         let config: Vec<wasmlet_plugin_host::PluginConfig> =
             serde_json::from_value(serde_json::json!([
-                {"name": "b", "world": "admission", "source": {"file": "/b.wasm"}},
-                {"name": "p", "world": "probe", "source": {"file": "/p.wasm"}},
-                {"name": "a", "world": "admission", "source": {"file": "/a.wasm"}},
+                {"name": "b", "world": "admission-plugin", "source": {"file": "/b.wasm"}},
+                {"name": "p", "world": "probe-plugin", "source": {"file": "/p.wasm"}},
+                {"name": "a", "world": "admission-plugin", "source": {"file": "/a.wasm"}},
             ]))
             .unwrap();
         assert_eq!(

@@ -129,11 +129,11 @@ impl host::Host for CallState {
         let message = cut(&message, LOG_LINE_MAX);
         let plugin = &*self.plugin;
         match level {
-            Level::Trace => tracing::trace!(plugin, "{message}"),
-            Level::Debug => tracing::debug!(plugin, "{message}"),
-            Level::Info => tracing::info!(plugin, "{message}"),
-            Level::Warn => tracing::warn!(plugin, "{message}"),
-            Level::Error => tracing::error!(plugin, "{message}"),
+            Level::Trace => tracing::trace!(target: "plugin", plugin, "{message}"),
+            Level::Debug => tracing::debug!(target: "plugin", plugin, "{message}"),
+            Level::Info => tracing::info!(target: "plugin", plugin, "{message}"),
+            Level::Warn => tracing::warn!(target: "plugin", plugin, "{message}"),
+            Level::Error => tracing::error!(target: "plugin", plugin, "{message}"),
         }
         Ok(())
     }
@@ -278,7 +278,7 @@ impl Captured {
         }
         let text = String::from_utf8_lossy(&buf);
         for line in text.lines().take(LOG_LINES_PER_CALL as usize) {
-            tracing::info!(plugin, stream, "{}", cut(line, LOG_LINE_MAX));
+            tracing::info!(target: "plugin", plugin, stream, "{}", cut(line, LOG_LINE_MAX));
         }
     }
 }
