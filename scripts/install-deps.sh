@@ -14,11 +14,14 @@
 #                                     serve a stand-in logind on
 #   docker-registry apache2-utils     the loopback OCI registry image pulls are tested
 #                                     against, and htpasswd for its basic auth
+#   clang-19 libclang-rt-19-dev-wasm32  the C plugin example and its guide (wasm32-wasi
+#                                     with wasi-libc and compiler-rt's builtins)
+# and, from crates.io, wit-bindgen-cli (its C generator only): the C plugin's bindings.
 set -euo pipefail
 
 packages=(rustc-web cargo-web rust-web-src lld-19 wasi-libc
           containerd runc containernetworking-plugins busybox-static e2fsprogs mount
-          dbus-daemon docker-registry apache2-utils)
+          dbus-daemon docker-registry apache2-utils clang-19 libclang-rt-19-dev-wasm32)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -33,6 +36,14 @@ fi
 if ! command -v cargo >/dev/null; then
   echo "cargo (rustup's) is required on PATH" >&2
   exit 1
+fi
+
+# Built once per machine (about 4 minutes on 2 cores), kept in cargo's bin directory.
+wit_bindgen_version=0.63.0
+if [[ $(wit-bindgen --version 2>/dev/null || true) != "wit-bindgen-cli $wit_bindgen_version" ]]; then
+  echo "installing wit-bindgen-cli $wit_bindgen_version (C generator)" >&2
+  cargo install --quiet --locked wit-bindgen-cli --version "$wit_bindgen_version" \
+    --no-default-features --features c
 fi
 
 # The node API's logs tests drive the real kubectl (v1.32) through the test API

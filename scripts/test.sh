@@ -23,6 +23,8 @@ echo "guest cargo home $guest_home: $cached crates cached before the build"
 cargo xtask images >/dev/null
 echo "--- tests"
 cargo test --workspace --locked 2>&1 | tee target/test.log
+echo "--- the plugin author guides, run as written"
+scripts/plugin-guides.sh
 echo "--- the README's standalone node, 15 s"
 cgroup_root="/wasmlet-ci-run-$$"
 # The binary the e2e tests just ran (a build of the node alone unifies features

@@ -21,6 +21,7 @@ mod log_rotation;
 mod manifests;
 mod network;
 mod node_api;
+mod plugin_authors;
 mod plugins;
 mod probes;
 mod registry;
