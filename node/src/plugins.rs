@@ -168,13 +168,17 @@ pub fn node_state(node: &crate::admission::NodeInfo, admitted: &[Pod]) -> NodeSt
     }
 }
 
+/// The admission plugins of a configuration, in its order, each with what a failed
+/// call decides.
+pub type AdmissionPlugins = Vec<(String, wasmlet_plugin_host::FailurePolicy)>;
+
 /// The admission plugins of a configuration, in its order: all of them, loaded or
 /// not (one that failed to load decides by its `failurePolicy`).
-pub fn admission_plugins(config: &[wasmlet_plugin_host::PluginConfig]) -> Vec<String> {
+pub fn admission_plugins(config: &[wasmlet_plugin_host::PluginConfig]) -> AdmissionPlugins {
     config
         .iter()
         .filter(|p| p.world == World::Admission)
-        .map(|p| p.name.clone())
+        .map(|p| (p.name.clone(), p.failure_policy()))
         .collect()
 }
 
@@ -246,27 +250,55 @@ pub fn already_running(pod: &Pod) -> bool {
     })
 }
 
-/// Runs the admission plugins `names` in order; the first denial rejects the pod with
-/// its reason and message. A plugin that fails (or is not loaded) decides by its
-/// `failurePolicy` (the host applies it).
+/// Runs the admission plugins in order; the first denial rejects the pod with its
+/// reason and message. A plugin that fails (or is not loaded) decides by its
+/// `failurePolicy`: `Fail` rejects the pod (`PluginError`), `Ignore` admits it with a
+/// warning event on the pod (`AdmissionPluginFailed`).
 pub async fn admit(
     host: &PluginHost,
-    names: &[String],
+    plugins: &[(String, wasmlet_plugin_host::FailurePolicy)],
     pod: &Pod,
     node: &crate::admission::NodeInfo,
     admitted: &[Pod],
+    events: &crate::cluster::events::EventRecorder,
 ) -> Result<(), crate::admission::Rejection> {
-    if names.is_empty() || already_running(pod) {
+    use wasmlet_plugin_host::FailurePolicy;
+    if plugins.is_empty() || already_running(pod) {
         return Ok(());
     }
     let info = pod_info(pod);
     let state = node_state(node, admitted);
-    for name in names {
-        if let Decision::Deny(denial) = host.admit(name, info.clone(), state.clone()).await {
-            return Err(crate::admission::Rejection {
-                reason: denial.reason,
-                message: format!("admission plugin {name}: {}", denial.message),
-            });
+    for (name, policy) in plugins {
+        match host.try_admit(name, info.clone(), state.clone()).await {
+            Ok(Decision::Admit) => {}
+            Ok(Decision::Deny(denial)) => {
+                return Err(crate::admission::Rejection {
+                    reason: denial.reason,
+                    message: format!("admission plugin {name}: {}", denial.message),
+                });
+            }
+            Err(e) => match policy {
+                FailurePolicy::Fail => {
+                    return Err(crate::admission::Rejection {
+                        reason: "PluginError".into(),
+                        message: format!("admission plugin {name} failed: {e}"),
+                    });
+                }
+                // Admitted, and said so on the pod as well as in the log.
+                FailurePolicy::Ignore => {
+                    let message = format!(
+                        "admission plugin {name} failed; admitted by its failurePolicy Ignore: {e}"
+                    );
+                    tracing::warn!(plugin = %name, pod = %crate::pod::full_name(pod), "{message}");
+                    events.pod(
+                        pod,
+                        None,
+                        crate::cluster::events::WARNING,
+                        "AdmissionPluginFailed",
+                        message,
+                    );
+                }
+            },
         }
     }
     Ok(())
@@ -386,7 +418,10 @@ mod tests {
             ]))
             .unwrap();
         assert_eq!(
-            admission_plugins(&config),
+            admission_plugins(&config)
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect::<Vec<_>>(),
             ["b", "a"],
             "the configuration's order"
         );

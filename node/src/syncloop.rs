@@ -85,7 +85,10 @@ pub struct SyncLoop {
     /// Whether a removal of orphaned pod cgroups is under way.
     cgroup_cleanup_running: Arc<std::sync::atomic::AtomicBool>,
     /// The plugin host and the admission plugins, in the configuration's order.
-    plugins: Option<(wasmlet_plugin_host::PluginHost, Vec<String>)>,
+    plugins: Option<(
+        wasmlet_plugin_host::PluginHost,
+        crate::plugins::AdmissionPlugins,
+    )>,
     /// The pod sources this node has; housekeeping removes nothing until each has
     /// sent its first snapshot (the kubelet's `sourcesReady`).
     sources: Vec<String>,
@@ -241,7 +244,7 @@ impl SyncLoop {
     pub fn with_plugins(
         mut self,
         host: wasmlet_plugin_host::PluginHost,
-        admission: Vec<String>,
+        admission: crate::plugins::AdmissionPlugins,
     ) -> Self {
         self.plugins = Some((host, admission));
         self
@@ -359,7 +362,7 @@ impl SyncLoop {
                 };
                 let checked = match (checked, &self.plugins, &node) {
                     (Ok(()), Some((host, names)), Some(node)) => {
-                        crate::plugins::admit(host, names, pod, node, &admitted).await
+                        crate::plugins::admit(host, names, pod, node, &admitted, &self.events).await
                     }
                     (other, _, _) => other,
                 };

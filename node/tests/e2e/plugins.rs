@@ -39,7 +39,7 @@ fn probe_and_admission_plugins_decide_for_real_pods() {
     )
     .unwrap();
     let config = format!(
-        "  plugins:\n  - name: http-json\n    world: probe-plugin\n    source: {{file: {}}}\n  - name: require-team\n    world: admission-plugin\n    source: {{image: {reference}}}\n    settings: {{label: team, max-cpu-millis: \"1000\"}}\n",
+        "  plugins:\n  - name: http-json\n    world: probe-plugin\n    source: {{file: {}}}\n  - name: require-team\n    world: admission-plugin\n    source: {{image: {reference}}}\n    settings: {{label: team, max-cpu-millis: \"1000\"}}\n  - name: gone\n    world: admission-plugin\n    source: {{file: /nonexistent/gone.component.wasm}}\n    failurePolicy: Ignore\n",
         built["http-json-probe"].display(),
     );
     let node = start_with(NodeOptions {
@@ -74,6 +74,18 @@ fn probe_and_admission_plugins_decide_for_real_pods() {
     assert!(message.contains("require-team"), "{message}");
     assert_eq!(rejected("greedy").0, "RequestTooLarge");
     node.wait_pod("fine", LONG, is_running).unwrap();
+    // A plugin that cannot answer (this one never loaded) admits by its
+    // failurePolicy Ignore, and says so on the pod.
+    assert!(
+        node.log()
+            .lines()
+            .any(|l| l.contains("AdmissionPluginFailed")
+                && l.contains(
+                    "admission plugin gone failed; admitted by its failurePolicy Ignore"
+                )),
+        "{}",
+        node.log()
+    );
 
     // Probes: the plugin reads the JSON body; a pod whose field matches becomes Ready,
     // one that expects another value stays running and unready.
