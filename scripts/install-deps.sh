@@ -46,6 +46,15 @@ if [[ $(wit-bindgen --version 2>/dev/null || true) != "wit-bindgen-cli $wit_bind
     --no-default-features --features c
 fi
 
+# The JavaScript plugin example and its guide: jco/componentize-js from npm need
+# Node.js 20.19+ (22.12+ on 22) with npm; Debian 12's nodejs (18) is too old, so it
+# comes with the machine and is checked, not installed.
+if ! node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit((a===20&&b>=19)||(a===22&&b>=12)||a>22?0:1)' 2>/dev/null \
+   || ! command -v npm >/dev/null; then
+  echo "Node.js 20.19+ with npm is required on PATH for the JavaScript plugin example" >&2
+  exit 1
+fi
+
 # The node API's logs tests drive the real kubectl (v1.32) through the test API
 # server. It comes with the machine (its apt source is not reachable from here), so it
 # is checked, not installed.

@@ -219,3 +219,71 @@ fn a_c_plugin_goes_from_the_wit_to_a_ready_pod() {
         "every plugin call is a recorded probe"
     );
 }
+
+/// The same for JavaScript: `examples/plugins/js-probe` componentized with jco
+/// (componentize-js, pinned in its package-lock.json) against the WIT, checked, and
+/// loaded by a node where it makes an httpd pod Ready. (`wasmlet plugin run` on it
+/// is part of its guide, which `scripts/plugin-guides.sh` runs as written.)
+#[test]
+fn a_javascript_plugin_goes_from_the_wit_to_a_ready_pod() {
+    // A copy, so the build's node_modules stay out of the repository.
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().join("js-probe");
+    std::fs::create_dir(&dir).unwrap();
+    for file in ["probe.js", "package.json", "package-lock.json", "build.sh"] {
+        std::fs::copy(
+            repo().join("examples/plugins/js-probe").join(file),
+            dir.join(file),
+        )
+        .unwrap();
+    }
+    let build = run(Command::new("bash")
+        .arg("build.sh")
+        .current_dir(&dir)
+        .env("REPO", repo()));
+    assert!(
+        build.status.success(),
+        "build.sh (node 20.19+, npm): {}",
+        text(&build)
+    );
+    let component = dir.join("js-probe.component.wasm");
+    assert!(
+        text(&build).contains("export wasmlet:plugin/probe@0.1.0"),
+        "{}",
+        text(&build)
+    );
+
+    let config = format!(
+        "  plugins:\n  - name: js-probe\n    world: probe-plugin\n    source: {{file: {}}}\n    limits: {{memoryBytes: 16777216}}\n",
+        component.display()
+    );
+    let node = start_with(NodeOptions {
+        images: vec!["httpd".into()],
+        wasmlet_config: config,
+        ..Default::default()
+    });
+    let port = free_port();
+    node.write_manifest(
+        "web.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  annotations:\n    probe.wasmlet.dev/web.readiness: js-probe\n    probe.wasmlet.dev/web.readiness.settings: '{{\"port\": {port}, \"path\": \"/status\", \"expect\": \"ok\"}}'\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: web\n    image: {}\n    imagePullPolicy: IfNotPresent\n    env: [{{name: PORT, value: \"{port}\"}}]\n    readinessProbe:\n      tcpSocket: {{port: {port}}}\n      periodSeconds: 2\n",
+            image("httpd")
+        ),
+    )
+    .unwrap();
+    // The node compiles the 12 MiB component (SpiderMonkey) before its first call:
+    // tens of seconds in a debug build.
+    node.wait_pod("web", std::time::Duration::from_secs(240), ready)
+        .unwrap_or_else(|e| panic!("the JS plugin makes the pod Ready: {e:?}\n{}", node.log()));
+    let (_, plugins) = http_get(node.read_only_port, "/metrics/plugins").unwrap();
+    assert!(
+        sample(
+            &plugins,
+            "wasmlet_plugin_calls_total",
+            &["plugin=\"js-probe\""]
+        )
+        .unwrap_or(0)
+            >= 1,
+        "{plugins}"
+    );
+}
