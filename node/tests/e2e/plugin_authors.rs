@@ -287,3 +287,119 @@ fn a_javascript_plugin_goes_from_the_wit_to_a_ready_pod() {
         "{plugins}"
     );
 }
+
+/// `wasmlet plugin run` calls every world as the node does (an admission verdict,
+/// an eviction order, a device adapter's devices and an allocation), and `pack`
+/// writes the artifact `wasmlet images import` takes in.
+#[test]
+fn wasmlet_plugin_runs_every_world_and_packs_what_the_node_imports() {
+    let built = wasmlet_testkit::images::ensure_plugins().expect("the example plugins build");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("web.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default, labels: {team: web}}\nspec:\n  priority: 10\n  containers: [{name: web, image: x, resources: {requests: {cpu: 100m, memory: 100Mi}}}]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("low.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: low, namespace: default}\nspec:\n  containers: [{name: c, image: x, resources: {requests: {memory: 100Mi}}}]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("candidates.yaml"),
+        "- {pod: web.yaml, usage: 50Mi, request: 100Mi}\n- {pod: low.yaml, usage: 300Mi, request: 100Mi}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("admission.yaml"),
+        "settings: {label: team, max-cpu-millis: \"1000\"}\n",
+    )
+    .unwrap();
+    let plugin = |args: &[&str]| {
+        let out = run(Command::new(BIN).current_dir(d).arg("plugin").args(args));
+        (out.status.code(), text(&out))
+    };
+    let admission = built["require-label-admission"].to_str().unwrap();
+    let (code, said) = plugin(&[
+        "run",
+        admission,
+        "--pod",
+        "web.yaml",
+        "--config",
+        "admission.yaml",
+    ]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("result: admit"), "{said}");
+    let (_, said) = plugin(&[
+        "run",
+        admission,
+        "--pod",
+        "low.yaml",
+        "--config",
+        "admission.yaml",
+    ]);
+    assert!(said.contains("result: deny: MissingLabel"), "{said}");
+
+    let eviction = built["priority-eviction"].to_str().unwrap();
+    let (code, said) = plugin(&["run", eviction, "--candidates", "candidates.yaml"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("1. default/low") && said.contains("2. default/web"),
+        "over its request and lower priority goes first: {said}"
+    );
+
+    let device = built["widget-device"].to_str().unwrap();
+    let (code, said) = plugin(&[
+        "run",
+        device,
+        "--node-settings",
+        r#"{"resource-name": "example.com/widget", "count": 2}"#,
+        "--allocate",
+        "widget-1",
+    ]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("result: 2 devices"), "{said}");
+    assert!(said.contains("env WIDGET_IDS=widget-1"), "{said}");
+
+    // The wrong world is refused before any call.
+    let (code, said) = plugin(&[
+        "run",
+        eviction,
+        "--world",
+        "probe-plugin",
+        "--pod",
+        "web.yaml",
+    ]);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(
+        said.contains("the component implements eviction-plugin"),
+        "{said}"
+    );
+
+    let (code, said) = plugin(&[
+        "pack",
+        eviction,
+        "-t",
+        "localhost/plugins/rank:1",
+        "-o",
+        "rank.tar",
+    ]);
+    assert_eq!(code, Some(0), "{said}");
+    let root = d.join("root");
+    let import = run(Command::new(BIN)
+        .args(["images", "--root-dir"])
+        .arg(&root)
+        .arg("import")
+        .arg(d.join("rank.tar")));
+    assert!(import.status.success(), "{}", text(&import));
+    let listed = run(Command::new(BIN)
+        .args(["images", "--root-dir"])
+        .arg(&root)
+        .arg("ls"));
+    let listed = text(&listed);
+    assert!(
+        listed.contains("localhost/plugins/rank:1") && listed.contains("component"),
+        "{listed}"
+    );
+}
