@@ -44,7 +44,10 @@ async fn a_component_for_another_world_is_refused() {
         .unwrap_err();
     assert!(matches!(err, Error::WrongWorld { .. }), "{err}");
     let msg = err.to_string();
-    assert!(msg.contains("plugin p: not for the probe-plugin world"), "{msg}");
+    assert!(
+        msg.contains("plugin p: not for the probe-plugin world"),
+        "{msg}"
+    );
     assert!(
         msg.contains("does not export wasmlet:plugin/probe@0.1.0"),
         "{msg}"
@@ -65,7 +68,8 @@ async fn a_probe_component_is_not_an_admission_plugin() {
         .unwrap_err();
     assert!(matches!(err, Error::WrongWorld { .. }), "{err}");
     assert!(
-        err.to_string().contains("not for the admission-plugin world"),
+        err.to_string()
+            .contains("not for the admission-plugin world"),
         "{err}"
     );
 }
