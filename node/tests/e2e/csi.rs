@@ -209,7 +209,11 @@ fn a_csi_driver_registers_into_the_csinode_and_the_node_and_leaves_them_when_it_
             .map(String::as_str),
         Some("n1")
     );
-    assert_eq!(driver.statuses(), [(true, String::new())]);
+    // The node tells the driver after it has written the CSINode: wait for it.
+    let statuses = wait("the driver to hear it is registered", LONG, || {
+        Some(driver.statuses()).filter(|s| !s.is_empty())
+    });
+    assert_eq!(statuses, [(true, String::new())]);
 
     // A driver speaking only CSI 0.x is refused, and told why.
     let mut old = CsiDriverOptions::new("old.csi.example.com");
