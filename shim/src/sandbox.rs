@@ -288,7 +288,7 @@ async fn read_messages(
         }
     };
     pending.lock().unwrap().clear();
-    let _ = gone.send(true);
+    gone.send_replace(true);
     let _ = events.send(Event::Gone(how));
 }
 

@@ -140,7 +140,8 @@ impl Process {
         }
         self.state = State::Stopped;
         self.ended = Some(Ended { code, at });
-        let _ = self.exited.send(true);
+        // `send` stores nothing while no `Wait` subscribes; the exit must stay.
+        self.exited.send_replace(true);
         true
     }
 }

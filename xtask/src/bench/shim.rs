@@ -32,8 +32,10 @@ fn build_shim(debug: bool) -> anyhow::Result<PathBuf> {
     if !cmd.status().context("running cargo build")?.success() {
         bail!("cargo build failed");
     }
-    Ok(root
-        .join("target")
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    Ok(target
         .join(if debug { "debug" } else { "release" })
         .join("containerd-shim-wasmlet-v1"))
 }
@@ -167,9 +169,13 @@ pub fn shim(runs: usize, density: usize, debug: bool) -> anyhow::Result<()> {
             args.push(id.clone());
             args.extend(case.command.iter().cloned());
             let started = Instant::now();
-            containerd
-                .ctr_k8s(&args)
-                .with_context(|| format!("{}: ctr run {id}", case.name))?;
+            containerd.ctr_k8s(&args).with_context(|| {
+                format!(
+                    "{}: ctr run {id}; containerd's log:\n{}",
+                    case.name,
+                    containerd.log_tail(40)
+                )
+            })?;
             if i > 0 {
                 times.push(started.elapsed());
             }
