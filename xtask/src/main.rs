@@ -82,6 +82,19 @@ enum Bench {
         #[arg(long)]
         debug: bool,
     },
+    /// containerd-shim-wasmlet-v1 against runc on one containerd: `ctr run --rm`
+    /// tasks/s and p50/p99, and Pss per running task.
+    Shim {
+        /// `ctr run --rm` per runtime.
+        #[arg(long, default_value_t = 100)]
+        runs: usize,
+        /// Tasks running at once for the memory figure.
+        #[arg(long, default_value_t = 20)]
+        density: usize,
+        /// Build and run the debug shim instead of the release one.
+        #[arg(long)]
+        debug: bool,
+    },
     /// Memory threshold crossed -> victim stopped, with memcg threshold
     /// notifications and by 10 s polling.
     Eviction {
@@ -121,6 +134,14 @@ fn main() -> anyhow::Result<()> {
         Task::Bench {
             bench: Bench::Http { seconds, debug },
         } => bench::http(seconds, debug),
+        Task::Bench {
+            bench:
+                Bench::Shim {
+                    runs,
+                    density,
+                    debug,
+                },
+        } => bench::shim(runs, density, debug),
     }
 }
 

@@ -44,6 +44,9 @@ pub struct CriLog {
 
 struct Inner {
     file: File,
+    /// Raw mode: each stream's bytes go as they are to a file of its own (a containerd
+    /// shim's stdio FIFOs, which containerd turns into records itself); `file` is unused.
+    raw: Option<[Option<File>; 2]>,
     /// Where the file was opened; `None` for a file opened elsewhere, which cannot be
     /// reopened.
     path: Option<PathBuf>,
@@ -66,10 +69,19 @@ impl CriLog {
         CriLog {
             inner: Arc::new(Mutex::new(Inner {
                 file,
+                raw: None,
                 path: None,
                 pending: [Vec::new(), Vec::new()],
             })),
         }
+    }
+
+    /// Output that is passed on as it is: stdout's bytes to `stdout`, stderr's to
+    /// `stderr`; a stream with no file is dropped.
+    pub fn raw(stdout: Option<File>, stderr: Option<File>) -> io::Result<Self> {
+        let log = Self::from_file(File::open("/dev/null")?);
+        log.lock().raw = Some([stdout, stderr]);
+        Ok(log)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -96,6 +108,12 @@ impl CriLog {
     /// Appends output of one stream, writing a record for every complete line.
     pub fn write(&self, stream: Stream, mut bytes: &[u8]) -> io::Result<()> {
         let mut inner = self.lock();
+        if let Some(raw) = inner.raw.as_mut() {
+            return match raw[stream as usize].as_mut() {
+                Some(file) => file.write_all(bytes),
+                None => Ok(()),
+            };
+        }
         let Inner { file, pending, .. } = &mut *inner;
         let buf = &mut pending[stream as usize];
         let mut out = Vec::new();
@@ -124,6 +142,9 @@ impl CriLog {
     /// Writes whatever is left of an unterminated last line of each stream as `F`.
     pub fn close(&self) -> io::Result<()> {
         let mut inner = self.lock();
+        if inner.raw.is_some() {
+            return Ok(());
+        }
         let Inner { file, pending, .. } = &mut *inner;
         let mut out = Vec::new();
         for stream in [Stream::Stdout, Stream::Stderr] {

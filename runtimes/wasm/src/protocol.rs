@@ -83,8 +83,12 @@ pub struct ContainerSpec {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub preopens: Vec<Preopen>,
-    /// Absolute path of the CRI log file.
+    /// Absolute path of the CRI log file (unused with `fifos`).
     pub log_path: PathBuf,
+    /// Raw stdio instead of a CRI log file: the FIFOs a containerd shim is handed,
+    /// which containerd reads (and, under CRI, turns into the log file itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fifos: Option<Fifos>,
     /// Cap on the container's linear memories, in bytes.
     pub memory_limit_bytes: Option<u64>,
     /// The names an exec's `command[0]` may give this program (see
@@ -104,6 +108,18 @@ pub struct ContainerSpec {
     /// first ([`crate::sandbox::DEFAULT_HTTP_PORT`] without one).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<u16>,
+}
+
+/// A container's stdio as named pipes; a stream without one is dropped (stdout,
+/// stderr) or reads end of file (stdin).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fifos {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<PathBuf>,
 }
 
 /// A host directory the guest may open at a path of its own.

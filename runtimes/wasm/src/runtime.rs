@@ -945,6 +945,7 @@ impl WasmRuntime {
                 })
                 .collect(),
             log_path: sandbox.log_directory.join(&config.log_path),
+            fifos: None,
             memory_limit_bytes: config.resources.memory_limit_bytes,
             stdin: config.stdin,
             stdin_once: config.stdin_once,

@@ -87,6 +87,7 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
     let mut stream_socket = None;
     let mut pod_uid = String::new();
     let mut netns = None;
+    let mut unshare_net = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -95,6 +96,9 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
             "--socket" => socket = args.next().map(PathBuf::from),
             "--stream-socket" => stream_socket = args.next().map(PathBuf::from),
             "--netns" => netns = args.next().map(PathBuf::from),
+            // A new network namespace of its own (a container runtime's when the
+            // spec asks for one without naming it).
+            "--unshare-net" => unshare_net = true,
             other => {
                 eprintln!("wasmlet sandbox: unknown argument {other:?}");
                 return ExitCode::from(2);
@@ -118,6 +122,10 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
             "wasmlet sandbox for pod {pod_uid}: entering the network namespace {}: {e}",
             netns.display()
         );
+        return ExitCode::FAILURE;
+    }
+    if unshare_net && let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
+        eprintln!("wasmlet sandbox for pod {pod_uid}: a new network namespace: {e}");
         return ExitCode::FAILURE;
     }
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -670,12 +678,20 @@ impl Sandbox {
             }
             None => wasmtime::bail!("container {container_id} not found"),
         };
-        let log = match CriLog::create(&prepared.spec.log_path) {
+        let opened = match &prepared.spec.fifos {
+            Some(fifos) => open_fifos(fifos),
+            None => CriLog::create(&prepared.spec.log_path).map_err(|e| {
+                format!(
+                    "cannot open log file {}: {e}",
+                    prepared.spec.log_path.display()
+                )
+            }),
+        };
+        let log = match opened {
             Ok(log) => log,
             Err(e) => {
-                let path = prepared.spec.log_path.display().to_string();
                 containers.insert(container_id, Slot::Created(prepared));
-                wasmtime::bail!("cannot open log file {path}: {e}");
+                wasmtime::bail!("{e}");
             }
         };
         let prepared: Arc<Prepared> = Arc::from(prepared);
@@ -873,6 +889,27 @@ struct ExecTarget {
     prepared: Arc<Prepared>,
     ended: CancellationToken,
     limit: Option<u64>,
+}
+
+/// A container's stdout and stderr written raw to the FIFOs a containerd shim was
+/// handed. Opened read-write: the open never waits for a reader, and a reader that
+/// goes away (containerd restarting) never turns the guest's writes into errors.
+fn open_fifos(fifos: &crate::protocol::Fifos) -> Result<CriLog, String> {
+    let open = |path: &Option<PathBuf>| -> Result<Option<std::fs::File>, String> {
+        path.as_ref()
+            .map(|p| {
+                // A `file://` log is made if need be and appended to.
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .append(true)
+                    .create(true)
+                    .open(p)
+                    .map_err(|e| format!("cannot open stdio pipe {}: {e}", p.display()))
+            })
+            .transpose()
+    };
+    let (stdout, stderr) = (open(&fifos.stdout)?, open(&fifos.stderr)?);
+    CriLog::raw(stdout, stderr).map_err(|e| format!("cannot open /dev/null: {e}"))
 }
 
 /// The names a path gives a program: the path, its file name, and the file name

@@ -200,6 +200,54 @@ pub fn write_example_images(guests_dir: &Path, out_dir: &Path) -> anyhow::Result
     Ok(built)
 }
 
+/// The workloads a containerd shim runs, as [`WasmLayout::HostImage`] images named
+/// `<guest>-linux` (core modules).
+pub const SHIM_WORKLOADS: [&str; 6] = ["hello", "ticker", "crasher", "memhog", "spin", "graceful"];
+
+/// The [`SHIM_WORKLOADS`] images in `<workspace>/target/images/shim`, built once per
+/// process (and under the build lock across processes).
+pub fn ensure_shim_images() -> anyhow::Result<Vec<BuiltImage>> {
+    static DONE: OnceLock<Result<Vec<BuiltImage>, String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let build = || -> anyhow::Result<Vec<BuiltImage>> {
+            let root = workspace_root()?;
+            let out_dir = root.join("target").join("images").join("shim");
+            with_build_lock(&out_dir, || {
+                let guests = build_guests(&root)?;
+                SHIM_WORKLOADS
+                    .iter()
+                    .map(|guest| {
+                        let path = guests.join(format!("{guest}.wasm"));
+                        let wasm = std::fs::read(&path)
+                            .with_context(|| format!("reading guest {}", path.display()))?;
+                        let name = format!("{guest}-linux");
+                        let reference = example_reference(&name);
+                        let image = WasmImage::new(reference.clone(), wasm, WasmLayout::HostImage);
+                        let oci = image.to_oci()?;
+                        let archive = out_dir.join(format!("{name}.tar"));
+                        let wasm_path = out_dir.join(format!("{name}.wasm"));
+                        oci::write_atomic(&wasm_path, &image.wasm)?;
+                        oci.write_archive(&archive)
+                            .with_context(|| format!("writing {}", archive.display()))?;
+                        Ok(BuiltImage {
+                            name,
+                            reference,
+                            archive,
+                            wasm: wasm_path,
+                            manifest_digest: oci.manifest.digest.clone(),
+                            layout: WasmLayout::HostImage,
+                            component: image.component,
+                        })
+                    })
+                    .collect()
+            })
+        };
+        build().map_err(|e| format!("{e:#}"))
+    })
+    .clone()
+    .map_err(|e| anyhow::anyhow!("building the shim's images: {e}"))
+}
+
 /// The `wasi:http/proxy` components of `examples/http`: each crate's library,
 /// componentized with the reactor adapter, as an artifact image of the crate's name.
 pub const HTTP_COMPONENTS: [&str; 1] = ["hello-http"];

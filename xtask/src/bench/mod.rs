@@ -23,9 +23,11 @@ use wasmlet_testkit::node::{NodeOptions, TestNode, poll, rss_kib, tail};
 mod eviction;
 mod http;
 mod idle;
+mod shim;
 pub use eviction::eviction;
 pub use http::http;
 pub use idle::idle;
+pub use shim::shim;
 
 /// `bench plugin-call`: builds the example plugins, then runs the host's
 /// `plugin_call` example (release unless `debug`), which prints p50/p99 of plugin

@@ -20,6 +20,8 @@ const CNI_RESULTS_DIR: &str = "/var/lib/cni/results";
 const CNI_LOOPBACK_NETWORK: &str = "cni-loopback";
 /// The runc shim of containerd 1.6 puts its sockets here, whatever the state dir.
 const SHIM_SOCKET_DIR: &str = "/run/containerd/s";
+/// Where `containerd-shim-wasmlet-v1` keeps its sandbox processes' sockets.
+const WASM_SHIM_RUN_DIR: &str = "/run/containerd-wasmlet";
 
 /// What one run puts on the machine, named so that it can be found again
 /// from the run directory alone.
@@ -202,6 +204,20 @@ pub(super) fn teardown(fp: &Footprint, child: Option<Child>) -> Vec<String> {
             && let Err(e) = std::fs::remove_file(sock)
         {
             problems.push(format!("removing shim socket {}: {e}", sock.display()));
+        }
+        // The Wasm shim's sandbox directory, named by its socket's first 16 characters.
+        if let Some(name) = bundle
+            .shim_socket
+            .as_ref()
+            .and_then(|s| s.file_name()?.to_str())
+            && name.len() >= 16
+        {
+            let dir = Path::new(WASM_SHIM_RUN_DIR).join(&name[..16]);
+            if dir.exists()
+                && let Err(e) = std::fs::remove_dir_all(&dir)
+            {
+                problems.push(format!("removing {}: {e}", dir.display()));
+            }
         }
     }
 

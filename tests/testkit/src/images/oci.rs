@@ -72,6 +72,11 @@ pub enum WasmLayout {
     /// A plain container image: one gzipped tar layer holding the binary at
     /// [`PLAIN_IMAGE_ENTRYPOINT`], which is also the config's `Entrypoint`.
     PlainImage,
+    /// [`WasmLayout::PlainImage`] for the machine's own platform (`linux` and its
+    /// architecture): an image containerd 1.6 imports and unpacks as any other, for
+    /// a containerd shim to find the binary in the rootfs. Not in [`WasmLayout::ALL`]
+    /// (a Wasm runtime's own image store expects `wasm`).
+    HostImage,
 }
 
 impl WasmLayout {
@@ -86,7 +91,9 @@ impl WasmLayout {
     pub fn config_media_type(self) -> &'static str {
         match self {
             WasmLayout::Artifact => WASM_CONFIG_MEDIA_TYPE,
-            WasmLayout::RunwasiComponentLayer | WasmLayout::PlainImage => IMAGE_CONFIG_MEDIA_TYPE,
+            WasmLayout::RunwasiComponentLayer | WasmLayout::PlainImage | WasmLayout::HostImage => {
+                IMAGE_CONFIG_MEDIA_TYPE
+            }
         }
     }
 
@@ -95,7 +102,7 @@ impl WasmLayout {
         match self {
             WasmLayout::Artifact => WASM_LAYER_MEDIA_TYPE,
             WasmLayout::RunwasiComponentLayer => RUNWASI_WASM_LAYER_MEDIA_TYPE,
-            WasmLayout::PlainImage => TAR_GZIP_LAYER_MEDIA_TYPE,
+            WasmLayout::PlainImage | WasmLayout::HostImage => TAR_GZIP_LAYER_MEDIA_TYPE,
         }
     }
 }
@@ -174,13 +181,17 @@ impl WasmImage {
                 };
                 (Blob::json(IMAGE_CONFIG_MEDIA_TYPE, &config)?, layer)
             }
-            WasmLayout::PlainImage => {
+            WasmLayout::PlainImage | WasmLayout::HostImage => {
                 let tar = plain_layer_tar(&self.wasm)?;
                 let diff_id = sha256_digest(&tar);
                 let layer = Blob::new(TAR_GZIP_LAYER_MEDIA_TYPE, gzip_stored(&tar));
+                let (architecture, os) = match self.layout {
+                    WasmLayout::HostImage => (host_architecture(), "linux"),
+                    _ => (WASM_ARCHITECTURE, os),
+                };
                 let config = ImageConfig {
                     created: CREATED.into(),
-                    architecture: WASM_ARCHITECTURE.into(),
+                    architecture: architecture.into(),
                     os: os.into(),
                     config: ExecConfig {
                         env: PLAIN_IMAGE_ENV.iter().map(|e| e.to_string()).collect(),
@@ -513,6 +524,17 @@ fn split_reference(reference: &str) -> anyhow::Result<(String, String)> {
 
 fn repository_basename(name: &str) -> &str {
     name.rsplit('/').next().unwrap_or(name)
+}
+
+/// This machine's architecture as OCI (Go) names it.
+pub fn host_architecture() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    }
 }
 
 /// `sha256:<hex>` of `data`.
