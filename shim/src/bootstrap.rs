@@ -172,7 +172,7 @@ pub fn delete(flags: &Flags) -> anyhow::Result<()> {
     let now = jiff::Timestamp::now();
     let mut response = containerd_shim_protos::api::DeleteResponse::new();
     response.exit_status = 128 + 9;
-    response.exited_at = protobuf::MessageField::some(crate::task::timestamp(now));
+    response.exited_at = protobuf::MessageField::some(crate::events::timestamp(now));
     let bytes = response
         .write_to_bytes()
         .context("encoding the delete response")?;

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
+use containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp;
 use containerd_shim_protos::protobuf::{MessageDyn, MessageField};
 use containerd_shim_protos::shim::event::Envelope;
 use containerd_shim_protos::shim::events::ForwardRequest;
@@ -62,7 +63,7 @@ async fn send_all(
     while let Some((topic, event)) = rx.recv().await {
         let mut request = ForwardRequest::new();
         request.envelope = MessageField::some(Envelope {
-            timestamp: MessageField::some(crate::task::timestamp(jiff::Timestamp::now())),
+            timestamp: MessageField::some(timestamp(jiff::Timestamp::now())),
             namespace: namespace.clone(),
             topic: topic.to_owned(),
             event: MessageField::some(event),
@@ -97,6 +98,14 @@ async fn send_all(
             }
         }
     }
+}
+
+/// A protobuf timestamp.
+pub fn timestamp(t: jiff::Timestamp) -> Timestamp {
+    let mut ts = Timestamp::new();
+    ts.seconds = t.as_second();
+    ts.nanos = t.subsec_nanosecond();
+    ts
 }
 
 fn context(namespace: &str) -> ttrpc::context::Context {

@@ -22,7 +22,6 @@ use containerd_shim_protos::events::task::{
 };
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::well_known_types::empty::Empty;
-use containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp as PbTimestamp;
 use containerd_shim_protos::protobuf::{Message as _, MessageField};
 use containerd_shim_protos::shim_async::Task;
 use containerd_shim_protos::topics;
@@ -40,7 +39,7 @@ use wasmlet_runtime_wasm::protocol::{
 
 use crate::bootstrap::{Flags, SANDBOX_PID_FILE};
 use crate::cgroup::{MOUNT_ROOT, TaskCgroup};
-use crate::events::Publisher;
+use crate::events::{Publisher, timestamp};
 use crate::sandbox::{self, CallError, Event, SandboxProcess};
 use crate::spec::{self, Spec};
 
@@ -67,13 +66,6 @@ fn from_call(what: &str, e: CallError) -> ttrpc::Error {
         None => Code::INTERNAL,
     };
     error(code, format!("{what}: {e}"))
-}
-
-pub fn timestamp(t: Timestamp) -> PbTimestamp {
-    let mut ts = PbTimestamp::new();
-    ts.seconds = t.as_second();
-    ts.nanos = t.subsec_nanosecond();
-    ts
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

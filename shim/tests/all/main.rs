@@ -4,3 +4,4 @@
 mod cri;
 mod ctr;
 mod harness;
+mod node;
