@@ -879,8 +879,9 @@ mod tests {
             shim: None,
         };
         let config = render_config(&layout);
+        // (The pause image's name says wasmlet; the runtime table must not.)
         assert!(
-            !config.contains("wasmlet"),
+            !config.contains("runtimes.wasmlet"),
             "no Wasm runtime without a shim"
         );
         let with_shim = render_config(&Layout {
