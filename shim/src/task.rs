@@ -99,6 +99,24 @@ struct Ended {
     at: Timestamp,
 }
 
+impl Ended {
+    fn now(code: u32) -> Ended {
+        Ended {
+            code,
+            at: Timestamp::now(),
+        }
+    }
+
+    fn delete_response(self, pid: u32) -> api::DeleteResponse {
+        api::DeleteResponse {
+            pid,
+            exit_status: self.code,
+            exited_at: MessageField::some(timestamp(self.at)),
+            ..Default::default()
+        }
+    }
+}
+
 /// A process: a task's init (its container) or an exec.
 struct Process {
     state: State,
@@ -299,6 +317,17 @@ impl Service {
             oom_score_adj: adj,
         });
         Ok(pid)
+    }
+
+    /// Forgets a container in the sandbox process; a sandbox that is gone has
+    /// forgotten it already.
+    async fn remove_from_sandbox(&self, id: &str) {
+        if let Ok(sandbox) = self.sandbox().await {
+            let op = Op::Remove {
+                container_id: id.to_owned(),
+            };
+            let _ = sandbox.call(op, CALL_TIMEOUT).await;
+        }
     }
 
     /// Ends the sandbox process once no task is left.
@@ -880,17 +909,8 @@ impl Task for Service {
             Then::Nothing => {}
             Then::Ended(ended) => {
                 // A created Wasm container is dropped from the sandbox.
-                if !self.with_task(&id, |t| Ok(t.pause))?
-                    && let Ok(sandbox) = self.sandbox().await
-                {
-                    let _ = sandbox
-                        .call(
-                            Op::Remove {
-                                container_id: id.clone(),
-                            },
-                            CALL_TIMEOUT,
-                        )
-                        .await;
+                if !self.with_task(&id, |t| Ok(t.pause))? {
+                    self.remove_from_sandbox(&id).await;
                 }
                 self.publish_exit(&id, &id, pid, ended);
             }
@@ -939,16 +959,7 @@ impl Task for Service {
                     Some(_) => Ok(t.execs.remove(&req.exec_id).and_then(|e| e.process.ended)),
                 }
             })?;
-            let ended = ended.unwrap_or(Ended {
-                code: 0,
-                at: Timestamp::now(),
-            });
-            return Ok(api::DeleteResponse {
-                pid,
-                exit_status: ended.code,
-                exited_at: MessageField::some(timestamp(ended.at)),
-                ..Default::default()
-            });
+            return Ok(ended.unwrap_or(Ended::now(0)).delete_response(pid));
         }
         let (pause, bundle, ended) = self.with_task(&id, |t| {
             if t.init.state == State::Running {
@@ -957,21 +968,14 @@ impl Task for Service {
                     format!("task {id} is running: kill it first"),
                 ));
             }
-            let ended = t.init.ended.unwrap_or(Ended {
-                code: 0,
-                at: Timestamp::now(),
-            });
-            Ok((t.pause, t.bundle.clone(), ended))
+            Ok((
+                t.pause,
+                t.bundle.clone(),
+                t.init.ended.unwrap_or(Ended::now(0)),
+            ))
         })?;
-        if !pause && let Ok(sandbox) = self.sandbox().await {
-            let _ = sandbox
-                .call(
-                    Op::Remove {
-                        container_id: id.clone(),
-                    },
-                    CALL_TIMEOUT,
-                )
-                .await;
+        if !pause {
+            self.remove_from_sandbox(&id).await;
         }
         crate::mount::unmount_rootfs(&bundle);
         self.tasks.lock().unwrap().remove(&id);
@@ -988,12 +992,7 @@ impl Task for Service {
         );
         self.end_group_if_idle().await;
         let _ = std::fs::remove_file(bundle.join(SANDBOX_PID_FILE));
-        Ok(api::DeleteResponse {
-            pid,
-            exit_status: ended.code,
-            exited_at: MessageField::some(timestamp(ended.at)),
-            ..Default::default()
-        })
+        Ok(ended.delete_response(pid))
     }
 
     async fn wait(
@@ -1008,10 +1007,7 @@ impl Task for Service {
                 .ok_or_else(|| error(Code::INTERNAL, "the process ended with no exit recorded"))
         });
         // Deleted in the meantime: it had ended.
-        let ended = ended.unwrap_or(Ended {
-            code: KILLED_EXIT_CODE as u32,
-            at: Timestamp::now(),
-        });
+        let ended = ended.unwrap_or(Ended::now(KILLED_EXIT_CODE as u32));
         Ok(api::WaitResponse {
             exit_status: ended.code,
             exited_at: MessageField::some(timestamp(ended.at)),

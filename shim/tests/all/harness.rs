@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use wasmlet_testkit::containerd::{CRI_NAMESPACE, Containerd, WASM_RUNTIME_TYPE};
 use wasmlet_testkit::images::{BuiltImage, ensure_shim_images};
+pub use wasmlet_testkit::node::processes_matching as processes;
 
 pub const SHIM: &str = env!("CARGO_BIN_EXE_containerd-shim-wasmlet-v1");
 
@@ -109,22 +110,6 @@ impl Harness {
         let dir = self.containerd.layout().dir.to_string_lossy().into_owned();
         processes(|cmdline| cmdline.contains(SHIM) && cmdline.contains(&dir))
     }
-}
-
-/// Pids of the processes whose NUL-separated command line, spaced, satisfies `f`.
-pub fn processes(f: impl Fn(&str) -> bool) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|raw| f(&String::from_utf8_lossy(&raw).replace('\0', " ")))
-                .unwrap_or(false)
-        })
-        .collect()
 }
 
 /// A `ctr` left running.

@@ -174,30 +174,38 @@ pub fn write_example_images(guests_dir: &Path, out_dir: &Path) -> anyhow::Result
         } else {
             module
         };
-        let reference = example_reference(example.name);
-        let image = WasmImage {
-            reference: reference.clone(),
-            wasm,
-            layout: example.layout,
-            component: example.component,
-        };
-        let oci = image.to_oci()?;
-        let archive = out_dir.join(format!("{}.tar", example.name));
-        let wasm_path = out_dir.join(format!("{}.wasm", example.name));
-        oci::write_atomic(&wasm_path, &image.wasm)?;
-        oci.write_archive(&archive)
-            .with_context(|| format!("writing {}", archive.display()))?;
-        built.push(BuiltImage {
-            name: example.name.to_string(),
-            reference,
-            archive,
-            wasm: wasm_path,
-            manifest_digest: oci.manifest.digest.clone(),
-            layout: example.layout,
-            component: example.component,
-        });
+        built.push(write_image(
+            out_dir,
+            example.name,
+            WasmImage {
+                reference: example_reference(example.name),
+                wasm,
+                layout: example.layout,
+                component: example.component,
+            },
+        )?);
     }
     Ok(built)
+}
+
+/// Writes `image` as `<out_dir>/<name>.tar` and its binary as `<out_dir>/<name>.wasm`
+/// (each replaced atomically, left alone when unchanged).
+fn write_image(out_dir: &Path, name: &str, image: WasmImage) -> anyhow::Result<BuiltImage> {
+    let oci = image.to_oci()?;
+    let archive = out_dir.join(format!("{name}.tar"));
+    let wasm_path = out_dir.join(format!("{name}.wasm"));
+    oci::write_atomic(&wasm_path, &image.wasm)?;
+    oci.write_archive(&archive)
+        .with_context(|| format!("writing {}", archive.display()))?;
+    Ok(BuiltImage {
+        name: name.to_string(),
+        reference: image.reference,
+        archive,
+        wasm: wasm_path,
+        manifest_digest: oci.manifest.digest.clone(),
+        layout: image.layout,
+        component: image.component,
+    })
 }
 
 /// The workloads a containerd shim runs, as [`WasmLayout::HostImage`] images named
@@ -222,22 +230,8 @@ pub fn ensure_shim_images() -> anyhow::Result<Vec<BuiltImage>> {
                             .with_context(|| format!("reading guest {}", path.display()))?;
                         let name = format!("{guest}-linux");
                         let reference = example_reference(&name);
-                        let image = WasmImage::new(reference.clone(), wasm, WasmLayout::HostImage);
-                        let oci = image.to_oci()?;
-                        let archive = out_dir.join(format!("{name}.tar"));
-                        let wasm_path = out_dir.join(format!("{name}.wasm"));
-                        oci::write_atomic(&wasm_path, &image.wasm)?;
-                        oci.write_archive(&archive)
-                            .with_context(|| format!("writing {}", archive.display()))?;
-                        Ok(BuiltImage {
-                            name,
-                            reference,
-                            archive,
-                            wasm: wasm_path,
-                            manifest_digest: oci.manifest.digest.clone(),
-                            layout: WasmLayout::HostImage,
-                            component: image.component,
-                        })
+                        let image = WasmImage::new(reference, wasm, WasmLayout::HostImage);
+                        write_image(&out_dir, &name, image)
                     })
                     .collect()
             })
@@ -272,28 +266,16 @@ pub fn write_http_images(guests_dir: &Path, out_dir: &Path) -> anyhow::Result<Ve
             .with_context(|| format!("reading guest {}", module_path.display()))?;
         let wasm = componentize_library(&module)
             .with_context(|| format!("componentizing {}", module_path.display()))?;
-        let reference = example_reference(name);
-        let image = WasmImage {
-            reference: reference.clone(),
-            wasm,
-            layout: WasmLayout::Artifact,
-            component: true,
-        };
-        let oci = image.to_oci()?;
-        let archive = out_dir.join(format!("{name}.tar"));
-        let wasm_path = out_dir.join(format!("{name}.wasm"));
-        oci::write_atomic(&wasm_path, &image.wasm)?;
-        oci.write_archive(&archive)
-            .with_context(|| format!("writing {}", archive.display()))?;
-        built.push(BuiltImage {
-            name: name.to_string(),
-            reference,
-            archive,
-            wasm: wasm_path,
-            manifest_digest: oci.manifest.digest.clone(),
-            layout: WasmLayout::Artifact,
-            component: true,
-        });
+        built.push(write_image(
+            out_dir,
+            name,
+            WasmImage {
+                reference: example_reference(name),
+                wasm,
+                layout: WasmLayout::Artifact,
+                component: true,
+            },
+        )?);
     }
     Ok(built)
 }

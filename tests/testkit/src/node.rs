@@ -595,7 +595,13 @@ impl TestNode {
 
 /// Processes whose command line mentions `path` (a node's sandboxes name its root).
 pub fn processes_mentioning(path: &Path) -> Vec<u32> {
-    let needle = path.as_os_str().as_encoded_bytes();
+    let needle = path.to_string_lossy();
+    processes_matching(|cmdline| cmdline.contains(&*needle))
+}
+
+/// Pids of the processes whose command line, its arguments joined by spaces,
+/// satisfies `f`.
+pub fn processes_matching(f: impl Fn(&str) -> bool) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -604,7 +610,7 @@ pub fn processes_mentioning(path: &Path) -> Vec<u32> {
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle))
+                .is_ok_and(|raw| f(&String::from_utf8_lossy(&raw).replace('\0', " ")))
         })
         .collect()
 }

@@ -12,6 +12,7 @@ use anyhow::{Context, bail};
 use wasmlet_testkit::containerd::images::BUSYBOX_IMAGE;
 use wasmlet_testkit::containerd::{Containerd, SNAPSHOTTER, WASM_RUNTIME_TYPE};
 use wasmlet_testkit::images;
+use wasmlet_testkit::node::{children_of, processes_matching as processes};
 
 use super::{ms, percentile};
 
@@ -51,45 +52,7 @@ struct Case {
     long_command: Vec<String>,
 }
 
-/// Pids of the processes whose command line (spaced) satisfies `f`.
-fn processes(f: impl Fn(&str) -> bool) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|raw| f(&String::from_utf8_lossy(&raw).replace('\0', " ")))
-                .unwrap_or(false)
-        })
-        .collect()
-}
-
-/// The children of `parents`.
-fn children_of(parents: &[u32]) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let ppid = stat
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid.is_some_and(|p| parents.contains(&p)) {
-            out.push(pid);
-        }
-    }
-    out
-}
-
+/// The sum of the processes' `Pss` (`smaps_rollup`), in KiB.
 fn pss_of(pids: &[u32]) -> u64 {
     pids.iter()
         .filter_map(|pid| {
@@ -199,8 +162,9 @@ pub fn shim(runs: usize, density: usize, debug: bool) -> anyhow::Result<()> {
         // The run's shims (and the Wasm shim's sandbox processes, which name the run
         // directory too), then runc's containers: its shims' other children.
         let ours = processes(|c| c.contains("containerd-shim") && c.contains(&dir));
-        let containers: Vec<u32> = children_of(&ours)
-            .into_iter()
+        let containers: Vec<u32> = ours
+            .iter()
+            .flat_map(|pid| children_of(*pid))
             .filter(|pid| !ours.contains(pid))
             .collect();
         let per_task = (pss_of(&ours) + pss_of(&containers)) as f64 / density as f64 / 1024.0;
