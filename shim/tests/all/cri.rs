@@ -15,7 +15,7 @@ use wasmlet_proto::cri::v1::{
     PodSandboxMetadata, RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
     StartContainerRequest, StopContainerRequest, StopPodSandboxRequest,
 };
-use wasmlet_testkit::containerd::{WASM_HANDLER, images};
+use wasmlet_testkit::containerd::{WASM_HANDLER, images, remove_cgroup_tree};
 
 use crate::harness::{Harness, poll, processes};
 
@@ -149,6 +149,18 @@ async fn remove_pod(cri: &mut Cri, sandbox: &str) -> Result<()> {
     Ok(())
 }
 
+/// The test's pod cgroups (what a kubelet would make), removed from every hierarchy
+/// however the test ends.
+struct PodsCgroup(String);
+
+impl Drop for PodsCgroup {
+    fn drop(&mut self) {
+        if let Err(e) = remove_cgroup_tree(&self.0) {
+            eprintln!("removing the test's cgroup {}: {e:#}", self.0);
+        }
+    }
+}
+
 /// The memory cgroup a process is in.
 fn memory_cgroup(pid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
@@ -171,7 +183,8 @@ async fn a_wasm_pod_of_two_containers_runs_through_cri_beside_a_runc_pod() -> Re
     let mut cri = h.containerd.runtime_client().await?;
     let dir = h.containerd.layout().dir.clone();
     let prefix = h.containerd.prefix().to_owned();
-    let cgroup_parent = format!("/{prefix}-pods/wasm-pod");
+    let pods_cgroup = PodsCgroup(format!("/{prefix}-pods"));
+    let cgroup_parent = format!("{}/wasm-pod", pods_cgroup.0);
 
     // The Wasm pod: pause, a ticker and a hello.
     let logs = dir.join("logs-wasm");
@@ -203,7 +216,11 @@ async fn a_wasm_pod_of_two_containers_runs_through_cri_beside_a_runc_pod() -> Re
     // The runc pod beside it, in the same containerd.
     let runc_logs = dir.join("logs-runc");
     std::fs::create_dir_all(&runc_logs)?;
-    let runc_pod = pod("runc-pod", &runc_logs, &format!("/{prefix}-pods/runc-pod"));
+    let runc_pod = pod(
+        "runc-pod",
+        &runc_logs,
+        &format!("{}/runc-pod", pods_cgroup.0),
+    );
     let runc_sandbox = run_pod(&mut cri, &runc_pod, "").await?;
     let mut sleeper = container("sleeper", images::BUSYBOX_IMAGE, &[], &[]);
     sleeper.command = vec!["sleep".into(), "3600".into()];
@@ -322,27 +339,5 @@ async fn a_wasm_pod_of_two_containers_runs_through_cri_beside_a_runc_pod() -> Re
         .join(cgroup_parent.trim_start_matches('/'))
         .join(&sandbox);
     assert!(!leaf.exists(), "{} left behind", leaf.display());
-    for parent in [
-        format!("{prefix}-pods/wasm-pod"),
-        format!("{prefix}-pods/runc-pod"),
-        format!("{prefix}-pods"),
-    ] {
-        for hierarchy in [
-            "memory",
-            "cpu",
-            "cpuacct",
-            "pids",
-            "blkio",
-            "devices",
-            "cpuset",
-            "systemd",
-            "freezer",
-            "net_cls",
-            "perf_event",
-            "hugetlb",
-        ] {
-            let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(hierarchy).join(&parent));
-        }
-    }
     Ok(())
 }

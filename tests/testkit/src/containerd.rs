@@ -41,7 +41,7 @@
 //! ```
 
 mod cleanup;
-pub(crate) use cleanup::remove_cgroup_tree;
+pub use cleanup::remove_cgroup_tree;
 pub mod images;
 
 use std::fmt;

@@ -650,7 +650,7 @@ fn cni_cache_files(network: &str) -> Vec<PathBuf> {
 
 /// Kill every process under the cgroup `root` (relative to each hierarchy) and
 /// remove it with all its descendants, deepest first.
-pub(crate) fn remove_cgroup_tree(root: &str) -> anyhow::Result<()> {
+pub fn remove_cgroup_tree(root: &str) -> anyhow::Result<()> {
     let rel = root.trim_start_matches('/');
     if rel.is_empty() || rel.contains("..") {
         anyhow::bail!("refusing cgroup path {root:?}");
