@@ -10,6 +10,7 @@
 //! side, and [`protocol`], what they say to each other.
 
 pub mod cgroup;
+pub mod confine;
 pub mod crilog;
 pub mod engine;
 pub mod image;

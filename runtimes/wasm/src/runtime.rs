@@ -710,6 +710,9 @@ impl WasmRuntime {
             .arg(&socket)
             .arg("--stream-socket")
             .arg(dir.join(STREAM_SOCKET))
+            // The pod's volumes are mounted before its sandbox starts, so a mount
+            // namespace of its own loses nothing (see `crate::confine`).
+            .arg("--mount-namespace")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -80,6 +80,14 @@ fn imports_stop(name: &str) -> bool {
 /// The one function of [`STOP_INTERFACE`].
 pub const STOP_FUNCTION: &str = "requested";
 
+/// A host module linked only in debug builds started with `--fault-injection`: its
+/// [`FAULT_SYSCALL`] `(i64) -> i64` makes the system call of that number with every
+/// argument zero and returns its result (`-errno` on failure). It stands in for host
+/// code an engine bug let a guest run, to show what [`crate::confine`] does with it.
+pub const FAULT_INTERFACE: &str = "wasmlet:fault/host";
+/// The one function of [`FAULT_INTERFACE`].
+pub const FAULT_SYSCALL: &str = "syscall";
+
 /// Entry point of the sandbox process. `args` excludes the program name.
 pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
     let mut cache_dir = None;
@@ -88,6 +96,8 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
     let mut pod_uid = String::new();
     let mut netns = None;
     let mut unshare_net = false;
+    let mut mount_namespace = false;
+    let mut fault_injection = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -99,6 +109,13 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
             // A new network namespace of its own (a container runtime's when the
             // spec asks for one without naming it).
             "--unshare-net" => unshare_net = true,
+            // A mount namespace of its own (see `crate::confine`): the node passes it;
+            // a containerd shim does not, since containerd mounts a pod's later
+            // containers' root filesystems after the sandbox has started.
+            "--mount-namespace" => mount_namespace = true,
+            // Debug builds only: links `FAULT_INTERFACE` for the tests that show what
+            // the confinement does when host code misbehaves.
+            "--fault-injection" if cfg!(debug_assertions) => fault_injection = true,
             other => {
                 eprintln!("wasmlet sandbox: unknown argument {other:?}");
                 return ExitCode::from(2);
@@ -128,6 +145,15 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
         eprintln!("wasmlet sandbox for pod {pod_uid}: a new network namespace: {e}");
         return ExitCode::FAILURE;
     }
+    // Still the only thread: every thread started below inherits the confinement.
+    let confinement = crate::confine::Confinement {
+        mount_namespace,
+        own_network_namespace: netns.is_some() || unshare_net,
+    };
+    if let Err(e) = crate::confine::confine(confinement) {
+        eprintln!("wasmlet sandbox for pod {pod_uid}: confining the process: {e}");
+        return ExitCode::FAILURE;
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -139,7 +165,7 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(serve(cache_dir, socket, stream_socket)) {
+    match rt.block_on(serve(cache_dir, socket, stream_socket, fault_injection)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("wasmlet sandbox for pod {pod_uid}: {e:#}");
@@ -235,10 +261,16 @@ async fn serve(
     cache_dir: PathBuf,
     socket: PathBuf,
     stream_socket: Option<PathBuf>,
+    fault_injection: bool,
 ) -> wasmtime::Result<()> {
     let engine = engine::new_engine()?;
     let mut module = wasmtime::Linker::new(&engine);
     wasmtime_wasi::p1::add_to_linker_async(&mut module, |s: &mut P1State| &mut s.wasi)?;
+    if fault_injection {
+        module.func_wrap(FAULT_INTERFACE, FAULT_SYSCALL, |number: i64| -> i64 {
+            crate::sys::raw_syscall(number)
+        })?;
+    }
     module.func_wrap(
         STOP_INTERFACE,
         STOP_FUNCTION,

@@ -1,6 +1,7 @@
-//! The system call the node makes in a sandbox process between `fork` and `exec`: the
-//! second place this crate uses `unsafe` (the first is [`crate::precompiled`]).
-#![allow(unsafe_code)] // reason: `Command::pre_exec` is unsafe; see the SAFETY note below.
+//! The system call the node makes in a sandbox process between `fork` and `exec`, and
+//! the sandbox's fault-injection call: the second place this crate uses `unsafe` (the
+//! first is [`crate::precompiled`]).
+#![allow(unsafe_code)] // reason: `Command::pre_exec` and `syscall` are unsafe; see the SAFETY notes.
 
 use std::os::fd::OwnedFd;
 
@@ -25,5 +26,22 @@ pub(crate) fn write_before_exec(cmd: &mut Command, fds: Vec<OwnedFd>, bytes: &'s
     // converted into an `io::Error` without allocating. It takes no locks.
     unsafe {
         cmd.pre_exec(hook);
+    }
+}
+
+/// Makes system call `number` with every argument zero; its result, or `-errno`. Only
+/// the sandbox's debug-build fault injection calls it (see
+/// [`crate::sandbox::FAULT_INTERFACE`]).
+pub(crate) fn raw_syscall(number: i64) -> i64 {
+    // SAFETY: no pointer the call could write through is passed (every argument is
+    // zero, which the kernel reads as NULL or 0), so it cannot corrupt this process's
+    // memory through its arguments. What the call itself does to the process is the
+    // point of a fault-injection test, and the seccomp filters decide it; this is
+    // linked only in debug builds, on request.
+    let ret = unsafe { nix::libc::syscall(number, 0, 0, 0, 0, 0, 0) };
+    if ret == -1 {
+        -i64::from(nix::errno::Errno::last_raw())
+    } else {
+        ret
     }
 }

@@ -70,6 +70,20 @@ impl Fixture {
         })
     }
 
+    /// A runtime with an empty image store whose sandboxes get `args` first.
+    pub fn with_sandbox_args(args: &[&str]) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let mount_root = Path::new(cgroup::DEFAULT_MOUNT_ROOT);
+        let mut config = Self::config(dir.path(), mount_root);
+        config.sandbox.args = args.iter().map(|a| (*a).to_owned()).collect();
+        Ok(Fixture {
+            runtime: WasmRuntime::new(config)?,
+            dir,
+            cgroup_mount_root: mount_root.to_owned(),
+            network: None,
+        })
+    }
+
     /// A runtime that attaches pods to the CNI network `settings` describe.
     pub fn with_network(settings: NetworkSettings) -> Result<Self> {
         let dir = tempfile::tempdir()?;

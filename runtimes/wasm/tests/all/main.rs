@@ -4,7 +4,8 @@
 //! [`images`] (the image store), [`lifecycle`] (running the example guests),
 //! [`limits`] (memory limits, a sandbox dying), [`errors`] (missing images),
 //! [`exec`] (exec in running containers), [`adoption`] (a new node adopting sandboxes),
-//! [`cgroups`] (the sandbox in its pod cgroup, its `oom_score_adj`), [`logs`] (log
+//! [`cgroups`] (the sandbox in its pod cgroup, its `oom_score_adj`), [`confinement`]
+//! (the sandbox's capabilities, `no_new_privs`, seccomp, mount namespace), [`logs`] (log
 //! rotation: a container's log reopened at its path), [`stdio`] (interactive execs and
 //! attaching to a container's stdio), [`registry`] (pulls from a loopback registry).
 //! [`fixture`] holds the shared setup: a runtime in a tempdir, a pod, and waits
@@ -12,6 +13,7 @@
 
 mod adoption;
 mod cgroups;
+mod confinement;
 mod errors;
 mod exec;
 mod fixture;
