@@ -16,19 +16,19 @@ use wasmlet_testkit::node::{NodeApiAuth, NodeOptions, https_get};
 use crate::cluster::{NODE, api_pod, node_ready, wait};
 use crate::*;
 
-const TOKEN: &str = "abcdef.0123456789abcdef";
+pub(crate) const TOKEN: &str = "abcdef.0123456789abcdef";
 
 /// A test API server over HTTPS with a bootstrap token, and the node's paths.
-struct TlsCluster {
-    api: ApiServer,
+pub(crate) struct TlsCluster {
+    pub(crate) api: ApiServer,
     bootstrap: PathBuf,
     kubeconfig: PathBuf,
-    cert_dir: PathBuf,
+    pub(crate) cert_dir: PathBuf,
     _rt: tokio::runtime::Runtime,
     _dir: tempfile::TempDir,
 }
 
-fn tls_cluster() -> TlsCluster {
+pub(crate) fn tls_cluster() -> TlsCluster {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -53,7 +53,12 @@ fn tls_cluster() -> TlsCluster {
 
 /// A node with only the bootstrap kubeconfig; `config` is more of the config file
 /// (top-level lines).
-fn options(c: &TlsCluster, images: &[&str], extra: &[&str], config: &str) -> NodeOptions {
+pub(crate) fn options(
+    c: &TlsCluster,
+    images: &[&str],
+    extra: &[&str],
+    config: &str,
+) -> NodeOptions {
     let mut extra_args: Vec<String> = vec![
         "--bootstrap-kubeconfig".into(),
         c.bootstrap.display().to_string(),

@@ -109,7 +109,7 @@ pub(crate) fn node_ready(n: &Node) -> bool {
 }
 
 /// The pod of this exact name on the node (`/pods`).
-fn here(node: &TestNode, name: &str) -> Option<Pod> {
+pub(crate) fn here(node: &TestNode, name: &str) -> Option<Pod> {
     node.pods()
         .ok()?
         .into_iter()

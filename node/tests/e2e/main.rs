@@ -25,6 +25,7 @@ mod plugin_authors;
 mod plugins;
 mod probes;
 mod registry;
+mod secrets;
 mod shutdown;
 mod stats;
 mod streaming;

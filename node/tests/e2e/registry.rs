@@ -9,7 +9,7 @@ use wasmlet_testkit::registry::{PASSWORD, Registry, USER};
 use crate::cluster::*;
 use crate::*;
 
-fn pull_secret(name: &str, host: &str, password: &str) -> Secret {
+pub(crate) fn pull_secret(name: &str, host: &str, password: &str) -> Secret {
     let auth = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{password}"));
     let config = json!({ "auths": { host: { "auth": auth } } });
     serde_json::from_value(json!({
@@ -37,7 +37,7 @@ fn registry_pod(name: &str, image: &str, secret: Option<&str>) -> Pod {
 }
 
 /// Runs a push to the registry (the tests themselves are not async).
-fn block_on<F: std::future::Future>(push: F) -> F::Output {
+pub(crate) fn block_on<F: std::future::Future>(push: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
