@@ -16,7 +16,8 @@
 #                                     against, and htpasswd for its basic auth
 #   clang-19 libclang-rt-19-dev-wasm32  the C plugin example and its guide (wasm32-wasi
 #                                     with wasi-libc and compiler-rt's builtins)
-# and, from crates.io, wit-bindgen-cli (its C generator only): the C plugin's bindings.
+# and, from crates.io, wit-bindgen-cli (its C generator only): the C plugin's bindings;
+# cargo-fuzz: the fuzz targets (`cargo xtask fuzz`, libFuzzer).
 set -euo pipefail
 
 packages=(rustc-web cargo-web rust-web-src lld-19 wasi-libc
@@ -44,6 +45,13 @@ if [[ $(wit-bindgen --version 2>/dev/null || true) != "wit-bindgen-cli $wit_bind
   echo "installing wit-bindgen-cli $wit_bindgen_version (C generator)" >&2
   cargo install --quiet --locked wit-bindgen-cli --version "$wit_bindgen_version" \
     --no-default-features --features c
+fi
+
+# Built once per machine (about 2 minutes on 2 cores).
+cargo_fuzz_version=0.13.2
+if [[ $(cargo fuzz --version 2>/dev/null || true) != "cargo-fuzz $cargo_fuzz_version" ]]; then
+  echo "installing cargo-fuzz $cargo_fuzz_version" >&2
+  cargo install --quiet --locked cargo-fuzz --version "$cargo_fuzz_version"
 fi
 
 # The JavaScript plugin example and its guide: jco/componentize-js from npm need

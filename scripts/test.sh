@@ -23,6 +23,12 @@ echo "--- clippy"
 CARGO_TARGET_DIR=$clippy_target cargo clippy --workspace --all-targets --locked -- -D warnings
 disk
 if [ "$clippy_target" != target ]; then rm -rf "$clippy_target"; fi
+echo "--- fuzz targets, ${WASMLET_FUZZ_SECONDS:-60} s each"
+# An instrumented build of its own (target/fuzz); under CI it goes once the targets
+# ran, before the test build needs the disk.
+cargo xtask fuzz --seconds "${WASMLET_FUZZ_SECONDS:-60}"
+disk
+if [ -n "${CI:-}" ]; then rm -rf target/fuzz; fi
 echo "--- guest images"
 # The guests build with a cargo home of their own under target/ (empty in a clean
 # clone), so every crate they compile, std's own included, is downloaded here.

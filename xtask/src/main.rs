@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 use wasmlet_testkit::images;
 
 mod bench;
+mod fuzz;
 
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask", about = "wasmlet build tasks")]
@@ -28,6 +29,21 @@ enum Task {
         /// Where to write `<name>.tar` and `<name>.wasm` [default: <workspace>/target/images].
         #[arg(long)]
         out_dir: Option<PathBuf>,
+    },
+    /// Build the fuzz targets of `fuzz/` (cargo-fuzz, libFuzzer) and run each for a
+    /// bounded time from its seeds; fails if one crashed.
+    Fuzz {
+        /// Seconds per target (0: build only).
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Targets run at once (each a single-threaded libFuzzer process).
+        #[arg(long, default_value_t = 2)]
+        jobs: usize,
+        /// Print the figures as JSON.
+        #[arg(long)]
+        json: bool,
+        /// The targets to run [default: all].
+        targets: Vec<String>,
     },
     /// Benchmarks (they print figures; they are not tests).
     Bench {
@@ -110,6 +126,12 @@ enum Bench {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().task {
         Task::Images { out_dir } => images_task(out_dir),
+        Task::Fuzz {
+            seconds,
+            jobs,
+            json,
+            targets,
+        } => fuzz::fuzz(targets, seconds, jobs, json),
         Task::Bench {
             bench:
                 Bench::PodStart {

@@ -389,9 +389,15 @@ pub async fn port_forward(
     }
 }
 
+/// The most ports one WebSocket port-forward carries: each takes two channels, and a
+/// channel is one byte (binary framing) or the ASCII character `'0' + channel`
+/// (base64 framing), so 104 ports (channels 0..=207) is where both still fit.
+pub const MAX_WEBSOCKET_PORTS: usize = 104;
+
 /// The kubelet's `portforward.NewV4Options`: the `port` values (each a comma-separated
 /// list) name the ports of a WebSocket request; SPDY names a port per stream, so
-/// its query is not read.
+/// its query is not read. More than [`MAX_WEBSOCKET_PORTS`] is an error (the kubelet's
+/// channel numbers would wrap and ports would share channels).
 pub fn ports_of(query: &str, websocket: bool) -> Result<Vec<u16>, String> {
     if !websocket {
         return Ok(Vec::new());
@@ -407,6 +413,11 @@ pub fn ports_of(query: &str, websocket: bool) -> Result<Vec<u16>, String> {
                 Ok(0) => return Err(format!("port {list:?} must be > 0")),
                 Ok(n) => ports.push(n),
                 Err(e) => return Err(format!("unable to parse {list:?} as a port: {e}")),
+            }
+            if ports.len() > MAX_WEBSOCKET_PORTS {
+                return Err(format!(
+                    "too many ports: at most {MAX_WEBSOCKET_PORTS} in one port-forward"
+                ));
             }
         }
     }
@@ -610,5 +621,26 @@ mod tests {
             ports_of("port=0", true).unwrap_err(),
             "port \"0\" must be > 0"
         );
+    }
+
+    /// Found by reading for the fuzz targets: the 129th port's data channel (2 × 128)
+    /// no longer fit a byte, a panic in debug builds and shared channels in release
+    /// ones; past 104 ports the base64 channel digit was no longer ASCII.
+    #[test]
+    fn a_websocket_port_forward_has_at_most_as_many_ports_as_channels_fit() {
+        let list = |n: usize| {
+            let ports: Vec<String> = (1..=n).map(|p| p.to_string()).collect();
+            format!("port={}", ports.join(","))
+        };
+        assert_eq!(
+            ports_of(&list(MAX_WEBSOCKET_PORTS), true).unwrap().len(),
+            104
+        );
+        assert_eq!(
+            ports_of(&list(MAX_WEBSOCKET_PORTS + 1), true).unwrap_err(),
+            "too many ports: at most 104 in one port-forward"
+        );
+        let highest = (2 * (MAX_WEBSOCKET_PORTS - 1) + 1) as u32;
+        assert!(u32::from(b'0') + highest <= 255);
     }
 }

@@ -212,6 +212,10 @@ pub enum Framing {
     Base64,
 }
 
+/// The client closed the WebSocket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Closed;
+
 impl Framing {
     pub fn of(protocol: &str) -> Framing {
         if protocol.contains(".base64.") {
@@ -239,10 +243,10 @@ impl Framing {
     }
 
     /// The channel and bytes of a message the client sent; `None` for a message
-    /// that carries none (a ping, a malformed frame), `Err` once it closed.
-    fn read(self, m: Message) -> Result<Option<(u8, Vec<u8>)>, ()> {
+    /// that carries none (a ping, a malformed frame), [`Closed`] once it closed.
+    pub fn read(self, m: Message) -> Result<Option<(u8, Vec<u8>)>, Closed> {
         match (self, m) {
-            (_, Message::Close(_)) => Err(()),
+            (_, Message::Close(_)) => Err(Closed),
             (Framing::Binary, Message::Binary(b)) => {
                 Ok(b.split_first().map(|(c, rest)| (*c, rest.to_vec())))
             }
@@ -488,6 +492,6 @@ mod tests {
         // A binary message on a base64 protocol carries nothing; a close ends.
         assert_eq!(base64.read(Message::binary(b"\x00hi".to_vec())), Ok(None));
         assert_eq!(base64.read(Message::text("0not base64!")), Ok(None));
-        assert_eq!(binary.read(Message::Close(None)), Err(()));
+        assert_eq!(binary.read(Message::Close(None)), Err(Closed));
     }
 }

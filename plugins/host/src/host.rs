@@ -23,12 +23,12 @@ use crate::error::{CallError, Error, Result};
 use crate::health::{BackoffPolicy, Health, Transition};
 use crate::metrics::{self, PluginMetrics};
 use crate::network::PodNetwork;
-use crate::policy;
 use crate::state::{CallState, MemoryCapExceeded};
 use crate::types::{
     Allocation, Candidate, Decision, Denial, Device, EncodedSize, NodeState, Pair, PodInfo,
     ProbeRequest, ProbeResult,
 };
+use crate::{policy, results};
 
 /// A plugin's answer larger than this (strings and lists, encoded) is an
 /// [`InvalidResult`](CallError::InvalidResult).
@@ -593,12 +593,7 @@ impl PluginHost {
                     .call_admit(store, &pod, &node)
                     .await
             },
-            |d| match d {
-                Decision::Deny(d) if d.reason.is_empty() => {
-                    Err("a denial needs a reason".to_string())
-                }
-                _ => Ok(()),
-            },
+            results::admission,
         )
         .await
     }
@@ -637,10 +632,10 @@ impl PluginHost {
                         .call_rank(store, signal, candidates)
                         .await
                 },
-                |r| policy::complete_ranking(r, candidates).map(|_| ()),
+                |r| results::ranking(r, candidates).map(|_| ()),
             )
             .await?;
-        Ok(policy::complete_ranking(&ranked, candidates).unwrap_or_default())
+        Ok(results::ranking(&ranked, candidates).unwrap_or_default())
     }
 
     /// A device adapter's extended resource name, asked once at load.
@@ -681,16 +676,7 @@ impl PluginHost {
                 async |p: &DeviceAdapterPlugin, store| {
                     p.wasmlet_plugin_device_adapter().call_discover(store).await
                 },
-                |devices| {
-                    let mut seen = std::collections::HashSet::new();
-                    match devices
-                        .iter()
-                        .find(|d| d.id.is_empty() || !seen.insert(&d.id))
-                    {
-                        Some(d) => Err(format!("device id {:?} is empty or repeated", d.id)),
-                        None => Ok(()),
-                    }
-                },
+                |devices| results::discovered(devices),
             )
             .await?;
         entry.lock().devices = devices.clone();
@@ -772,19 +758,7 @@ impl PluginHost {
                     .call_preferred_allocation(store, available, must_include, size)
                     .await
             },
-            |ids| {
-                let mut seen = std::collections::HashSet::new();
-                if let Some(id) = ids
-                    .iter()
-                    .find(|id| !available.contains(id) || !seen.insert(*id))
-                {
-                    return Err(format!("device {id:?} is not available or picked twice"));
-                }
-                if let Some(id) = must_include.iter().find(|id| !ids.contains(id)) {
-                    return Err(format!("device {id:?} must be included"));
-                }
-                Ok(())
-            },
+            |ids| results::preferred(ids, available, must_include),
         )
         .await
     }
@@ -992,12 +966,7 @@ impl PluginHost {
         validate: impl FnOnce(&R) -> Result<(), String>,
     ) -> Result<R, CallError> {
         let result = result.and_then(|r| {
-            let size = r.encoded_size();
-            if size > RESULT_MAX {
-                return Err(CallError::InvalidResult(format!(
-                    "the answer is {size} bytes, more than {RESULT_MAX}"
-                )));
-            }
+            results::size(&r).map_err(CallError::InvalidResult)?;
             validate(&r).map_err(CallError::InvalidResult)?;
             Ok(r)
         });

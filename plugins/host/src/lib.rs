@@ -33,6 +33,7 @@ mod host;
 mod metrics;
 mod network;
 mod policy;
+pub mod results;
 mod state;
 pub mod types;
 mod watch;

@@ -16,7 +16,7 @@ pub use crate::bindings::probe::wasmlet::plugin::types::{
 };
 
 /// The encoded size of a plugin's answer, to refuse an oversized one.
-pub(crate) trait EncodedSize {
+pub trait EncodedSize {
     fn encoded_size(&self) -> usize;
 }
 
