@@ -220,18 +220,30 @@ fn lock_root_dir(config: &NodeConfig) -> anyhow::Result<std::fs::File> {
         .write(true)
         .open(&lock_path)
         .with_context(|| format!("opening {}", lock_path.display()))?;
-    match lock.try_lock() {
-        Ok(()) => Ok(lock),
-        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
-            "another wasmlet is running with root directory {} (it holds {})",
-            config.root_dir.display(),
-            lock_path.display()
-        ),
-        Err(std::fs::TryLockError::Error(e)) => {
-            Err(e).with_context(|| format!("locking {}", lock_path.display()))
+    // A node killed while it was starting a process leaves the lock with that child
+    // for the moment between its fork and its exec (the descriptor closes on exec):
+    // a node started again at once waits that moment out rather than refusing to run.
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match lock.try_lock() {
+            Ok(()) => return Ok(lock),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+                "another wasmlet is running with root directory {} (it has held {} for {LOCK_WAIT:?})",
+                config.root_dir.display(),
+                lock_path.display()
+            ),
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", lock_path.display()));
+            }
         }
     }
 }
+
+/// How long a starting node waits for the root directory's lock.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The machine's facts: its hardware and OS, its capacity and allocatable resources
 /// (after `kubeReserved`, `systemReserved` and `evictionHard`), and the node's IPs.

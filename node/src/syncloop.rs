@@ -306,10 +306,20 @@ impl SyncLoop {
             .collect();
         // Pressure first, then the resource allocation (the topology manager and the
         // device manager), then the built-in checks, then the admission plugins in
-        // their order.
+        // their order. A pod the API reports Running was admitted by an earlier run of
+        // this node, which was restarted: node pressure does not reject it now (the
+        // kubelet's eviction manager has seen no pressure yet when a restarted kubelet
+        // re-admits its pods; here the first pass may have run, and a full disk would
+        // otherwise fail every running pod). Eviction still applies to it.
+        let was_running = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|phase| phase == "Running");
         let under_pressure = self
             .pressure
             .as_ref()
+            .filter(|_| !was_running)
             .map_or(Ok(()), |p| p.admit(pod))
             .and_then(|()| self.shutdown.as_ref().map_or(Ok(()), |s| s.admit(pod)));
         let allocated = match (under_pressure, &self.resources) {

@@ -10,7 +10,7 @@ use wasmlet_testkit::node::{NodeOptions, http_get, poll};
 use crate::*;
 
 /// A node whose default runtime is `containerd` (and with the given Wasm images).
-fn cri_node(containerd: &Containerd, images: &[&str]) -> Fixture {
+pub(crate) fn cri_node(containerd: &Containerd, images: &[&str]) -> Fixture {
     start_with(
         NodeOptions {
             images: images.iter().map(|s| s.to_string()).collect(),
@@ -21,14 +21,14 @@ fn cri_node(containerd: &Containerd, images: &[&str]) -> Fixture {
 }
 
 /// A one-container busybox pod running `sh -c <script>`.
-fn busybox_pod(name: &str, restart_policy: &str, grace: u32, script: &str) -> String {
+pub(crate) fn busybox_pod(name: &str, restart_policy: &str, grace: u32, script: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  restartPolicy: {restart_policy}\n  terminationGracePeriodSeconds: {grace}\n  containers:\n  - name: main\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, {script:?}]\n"
     )
 }
 
 /// The ids of a pod's sandbox and containers in containerd, by the kubelet's label.
-fn pod_containers(containerd: &Containerd, pod: &Pod) -> BTreeSet<String> {
+pub(crate) fn pod_containers(containerd: &Containerd, pod: &Pod) -> BTreeSet<String> {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let filter = format!(r#"labels."io.kubernetes.pod.uid"=={uid}"#);
     containerd

@@ -100,7 +100,7 @@ fn status_of(p: &Pod) -> (String, String, String) {
 }
 
 /// The status of the node's condition `kind`.
-fn condition_of(c: &Cluster, kind: &str) -> Option<String> {
+pub(crate) fn condition_of(c: &Cluster, kind: &str) -> Option<String> {
     let node = c.api.get::<Node>(None, NODE)?;
     node.status?
         .conditions?

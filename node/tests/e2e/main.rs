@@ -13,6 +13,7 @@ mod cri;
 mod csi;
 mod devices;
 mod eviction;
+mod faults;
 mod idle;
 mod image_gc;
 mod isolation;

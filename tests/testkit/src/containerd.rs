@@ -514,6 +514,19 @@ impl Containerd {
         }
     }
 
+    /// Kills the daemon (SIGKILL) as a crash would, and reaps it: shims and their
+    /// containers keep running; whatever it was doing is cut short.
+    pub fn kill_daemon(&mut self) -> Result<()> {
+        match self.child.take() {
+            Some(mut child) => {
+                let _ = child.kill();
+                child.wait()?;
+                Ok(())
+            }
+            None => bail!("containerd {} is not running", self.layout.prefix),
+        }
+    }
+
     /// Starts the daemon again on the same root, state and socket, and waits until
     /// it answers.
     pub fn start_daemon(&mut self) -> Result<()> {

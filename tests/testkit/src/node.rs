@@ -38,6 +38,10 @@ pub struct NodeOptions {
     /// Where the node's directory (its root dir, pod logs, manifests) is made: the
     /// system's temporary directory by default (a test's small filesystem, say).
     pub base_dir: Option<PathBuf>,
+    /// Where the node's root dir and pod logs go instead (`<dir>/root`, `<dir>/pods`),
+    /// when only they should be on a test's filesystem: the node's own log and its
+    /// manifests stay in its directory.
+    pub state_dir: Option<PathBuf>,
     /// More environment variables for the node process (`DBUS_SYSTEM_BUS_ADDRESS`).
     pub env: Vec<(String, String)>,
     /// The CNI configuration Wasm pods are attached with (`--cni-conf-dir`). Without
@@ -72,6 +76,7 @@ impl Default for NodeOptions {
             wasmlet_config: String::new(),
             static_pods: true,
             base_dir: None,
+            state_dir: None,
             env: Vec::new(),
             cni_conf_dir: None,
         }
@@ -281,8 +286,9 @@ impl TestNode {
             None => tempfile::Builder::new().prefix("wasmlet-e2e-").tempdir()?,
         };
         let manifests = dir.path().join("manifests");
-        let root = dir.path().join("root");
-        let logs = dir.path().join("pods");
+        let state = opts.state_dir.as_deref().unwrap_or(dir.path());
+        let root = state.join("root");
+        let logs = state.join("pods");
         for d in [&manifests, &root.join("images"), &logs] {
             std::fs::create_dir_all(d)?;
         }
