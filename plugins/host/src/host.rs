@@ -29,10 +29,6 @@ use crate::types::{
     ProbeRequest, ProbeResult,
 };
 use crate::{policy, results};
-
-/// A plugin's answer larger than this (strings and lists, encoded) is an
-/// [`InvalidResult`](CallError::InvalidResult).
-pub const RESULT_MAX: usize = 1 << 20;
 /// Added to a call's deadline before the host gives up on a call that does not
 /// return (a host import stuck past its own deadline); the epoch deadline normally
 /// ends the call first.

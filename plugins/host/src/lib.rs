@@ -46,11 +46,10 @@ pub use config::{
 };
 pub use error::{CallError, Error, Result};
 pub use health::BackoffPolicy;
-pub use host::{
-    EventSink, HostOptions, PluginEvent, PluginEventKind, PluginHost, PluginInfo, RESULT_MAX,
-};
+pub use host::{EventSink, HostOptions, PluginEvent, PluginEventKind, PluginHost, PluginInfo};
 pub use metrics::{DURATION_BUCKETS, PluginMetrics};
 pub use policy::builtin_rank;
+pub use results::RESULT_MAX;
 
 /// The WIT source of the plugin ABI.
 pub const WIT: &str = include_str!("../../wit/plugin.wit");

@@ -3,8 +3,11 @@
 //! here is what the types cannot say: its size, and the rules of each world. A failed
 //! check fails the call with `invalid_result`, as a trap would.
 
-use crate::host::RESULT_MAX;
 use crate::types::{Candidate, Decision, Device, EncodedSize};
+
+/// A plugin's answer larger than this (strings and lists, encoded) is an
+/// [`InvalidResult`](crate::CallError::InvalidResult).
+pub const RESULT_MAX: usize = 1 << 20;
 
 /// An answer is at most [`RESULT_MAX`] bytes, as the ABI encodes it.
 pub fn size<R: EncodedSize>(answer: &R) -> Result<(), String> {

@@ -132,7 +132,23 @@ impl Running {
                         return Ok(line);
                     }
                 }
-                Err(_) => bail!("no such line within {timeout:?}; saw {:?}", self.seen),
+                Err(_) => {
+                    // A `ctr` that ended says why on its stderr.
+                    let mut stderr = String::new();
+                    let ended = Instant::now() + Duration::from_secs(5);
+                    while self.child.try_wait()?.is_none() && Instant::now() < ended {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    if self.child.try_wait()?.is_some()
+                        && let Some(mut e) = self.child.stderr.take()
+                    {
+                        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+                    }
+                    bail!(
+                        "no such line within {timeout:?}; saw {:?}; ctr's stderr: {stderr:?}",
+                        self.seen
+                    )
+                }
             }
         }
     }

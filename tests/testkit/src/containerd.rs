@@ -360,6 +360,24 @@ impl fmt::Debug for Containerd {
     }
 }
 
+/// `/run/containerd` as a containerd host has it: its daemon creates it `0711`, and
+/// `ctr` (its FIFOs, `/run/containerd/fifo`) and the shims (their sockets,
+/// `/run/containerd/s`) work below it. A private containerd's state is elsewhere, so
+/// here the first shim made it, and containerd's runc shim makes it `0600`: only a
+/// process with `CAP_DAC_OVERRIDE` could then reach a FIFO below it, which a Wasm
+/// sandbox, with no capability, cannot.
+fn host_state_dir() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = Path::new("/run/containerd");
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mode = std::fs::metadata(dir)?.permissions().mode() & 0o7777;
+    if mode != 0o711 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+            .with_context(|| format!("making {} 0711", dir.display()))?;
+    }
+    Ok(())
+}
+
 impl Containerd {
     /// Start a private containerd and wait until its socket answers.
     pub fn start() -> Result<Self> {
@@ -374,6 +392,7 @@ impl Containerd {
 
     fn start_inner(shim: Option<PathBuf>) -> Result<Self> {
         cleanup::sweep_stale(Path::new(RUN_PARENT));
+        host_state_dir()?;
 
         let pid = std::process::id();
         let n = RUNS.fetch_add(1, Ordering::Relaxed);
