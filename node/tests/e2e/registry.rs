@@ -36,6 +36,17 @@ fn registry_pod(name: &str, image: &str, secret: Option<&str>) -> Pod {
     pod_with_spec(name, spec)
 }
 
+/// Pushes the hello example's module to `registry` as `<repository>:v1`; its digest.
+pub(crate) fn push_hello(registry: &Registry, repository: &str) -> String {
+    let wasm = std::fs::read(
+        wasmlet_testkit::images::ensure_example_images()
+            .unwrap()
+            .join("hello.wasm"),
+    )
+    .unwrap();
+    block_on(registry.push_wasm(repository, "v1", &wasm)).expect("the push")
+}
+
 /// Runs a push to the registry (the tests themselves are not async).
 pub(crate) fn block_on<F: std::future::Future>(push: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
@@ -48,13 +59,7 @@ pub(crate) fn block_on<F: std::future::Future>(push: F) -> F::Output {
 #[test]
 fn a_wasm_pod_pulls_its_image_with_its_pull_secret_by_tag_and_by_digest() {
     let registry = Registry::start().expect("the registry starts");
-    let wasm = std::fs::read(
-        wasmlet_testkit::images::ensure_example_images()
-            .unwrap()
-            .join("hello.wasm"),
-    )
-    .unwrap();
-    let digest = block_on(registry.push_wasm("edge/hello", "v1", &wasm)).expect("the push");
+    let digest = push_hello(&registry, "edge/hello");
     let c = cluster();
     let mut opts = node_options(&c, &[]);
     opts.wasmlet_config = format!("  registryCertsDir: {}\n", registry.certs_dir().display());
@@ -200,13 +205,7 @@ fn a_container_pod_pulls_its_image_through_containerd_with_its_pull_secret() {
 fn a_credential_provider_plugin_supplies_the_credentials_for_matching_images() {
     use std::os::unix::fs::PermissionsExt;
     let registry = Registry::start().expect("the registry starts");
-    let wasm = std::fs::read(
-        wasmlet_testkit::images::ensure_example_images()
-            .unwrap()
-            .join("hello.wasm"),
-    )
-    .unwrap();
-    block_on(registry.push_wasm("edge/provided", "v1", &wasm)).expect("the push");
+    push_hello(&registry, "edge/provided");
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();

@@ -14,7 +14,7 @@ use wasmlet_testkit::registry::{PASSWORD, Registry, USER};
 
 use crate::bootstrap::{TOKEN, options, tls_cluster};
 use crate::cluster::{NODE, here, pod_with_spec, wait};
-use crate::registry::{block_on, pull_secret};
+use crate::registry::{pull_secret, push_hello};
 use crate::*;
 
 /// Values no log line may hold: each is distinctive, so a hit is a leak, not chance.
@@ -27,8 +27,9 @@ fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
 }
 
-/// Every regular file below `dir` whose name ends in `.log`, except below `skip`.
-fn log_files(dir: &Path, skip: &Path, out: &mut Vec<PathBuf>) {
+/// Every regular file below `dir` that `wanted` accepts, not descending into `skip`.
+/// Links are not followed (atomic-writer volumes link `token` to `..data/token`).
+fn files_below(dir: &Path, skip: &Path, wanted: &dyn Fn(&Path) -> bool, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -38,28 +39,8 @@ fn log_files(dir: &Path, skip: &Path, out: &mut Vec<PathBuf>) {
             continue;
         };
         if kind.is_dir() && path != skip {
-            log_files(&path, skip, out);
-        } else if kind.is_file() && path.extension().is_some_and(|e| e == "log") {
-            out.push(path);
-        }
-    }
-}
-
-/// The files named `name` below `dir`.
-fn files_named(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        // Atomic-writer volumes link `token` to `..data/token`; follow neither links
-        // nor anything but directories.
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        if kind.is_dir() {
-            files_named(&path, name, out);
-        } else if kind.is_file() && path.file_name().is_some_and(|n| n == name) {
+            files_below(&path, skip, wanted, out);
+        } else if kind.is_file() && wanted(&path) {
             out.push(path);
         }
     }
@@ -92,13 +73,7 @@ fn no_secret_reaches_the_nodes_log_its_events_or_its_status_messages() {
     c.api
         .auto_approve_and_sign(&[KUBELET_CLIENT_SIGNER], Duration::from_secs(3600));
     let registry = Registry::start().expect("the registry starts");
-    let wasm = std::fs::read(
-        wasmlet_testkit::images::ensure_example_images()
-            .unwrap()
-            .join("hello.wasm"),
-    )
-    .unwrap();
-    block_on(registry.push_wasm("edge/hello", "v1", &wasm)).expect("the push");
+    push_hello(&registry, "edge/hello");
     let image = format!("{}/edge/hello:v1", registry.host);
 
     let mut opts = options(&c, &[], &[], "");
@@ -244,7 +219,12 @@ fn no_secret_reaches_the_nodes_log_its_events_or_its_status_messages() {
     }
     secrets.push(TOKEN.split_once('.').unwrap().1.to_owned());
     let mut tokens = Vec::new();
-    files_named(node.dir(), "token", &mut tokens);
+    files_below(
+        node.dir(),
+        Path::new(""),
+        &|p| p.file_name().is_some_and(|n| n == "token"),
+        &mut tokens,
+    );
     assert!(!tokens.is_empty(), "the projected token was written");
     for token in tokens {
         let token = std::fs::read_to_string(token).unwrap();
@@ -263,7 +243,12 @@ fn no_secret_reaches_the_nodes_log_its_events_or_its_status_messages() {
     // containers' own output, which is the workload's), every event, every pod status.
     let mut places: Vec<(String, String)> = Vec::new();
     let mut logs = Vec::new();
-    log_files(node.dir(), &node.dir().join("pods"), &mut logs);
+    files_below(
+        node.dir(),
+        &node.dir().join("pods"),
+        &|p| p.extension().is_some_and(|e| e == "log"),
+        &mut logs,
+    );
     assert!(logs.iter().any(|l| l.ends_with("wasmlet.log")), "{logs:?}");
     for log in logs {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
