@@ -40,7 +40,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use wasmtime::component::ResourceTable;
 use wasmtime::error::Context as _;
@@ -179,7 +179,7 @@ struct Sandbox {
     cache_dir: PathBuf,
     linkers: Linkers,
     containers: Mutex<HashMap<String, Slot>>,
-    out: mpsc::UnboundedSender<Message>,
+    out: mpsc::UnboundedSender<Outgoing>,
     /// Fired by [`Op::Shutdown`] once every container has stopped.
     shutdown: CancellationToken,
 }
@@ -240,6 +240,27 @@ struct Answer {
     containers: Vec<ContainerReport>,
     /// For [`Op::Exec`].
     exec: Option<ExecOutput>,
+    /// For [`Op::Start`]: fired once the reply is written, which lets the guest run.
+    /// A guest that ends its sandbox at once (a forbidden system call, say) must not
+    /// take the answer with it: the node would see a failed start of a container that
+    /// did start.
+    after_reply: Option<oneshot::Sender<()>>,
+}
+
+/// A message for the node and, when the sender waits for it, a signal fired once it
+/// is written (or dropped because no node is connected).
+struct Outgoing {
+    message: Message,
+    written: Option<oneshot::Sender<()>>,
+}
+
+impl Sandbox {
+    fn send(&self, message: Message) {
+        let _ = self.out.send(Outgoing {
+            message,
+            written: None,
+        });
+    }
 }
 
 /// A failure the node tells apart from an internal one (see [`ErrorKind`]).
@@ -318,7 +339,7 @@ async fn serve(
         None => None,
     };
     let connection: Arc<tokio::sync::Mutex<Option<OwnedWriteHalf>>> = Arc::default();
-    let (out, mut out_rx) = mpsc::unbounded_channel::<Message>();
+    let (out, mut out_rx) = mpsc::unbounded_channel::<Outgoing>();
     let shutdown = CancellationToken::new();
     let writer = tokio::spawn({
         let connection = connection.clone();
@@ -332,14 +353,19 @@ async fn serve(
                     // write it out and stop.
                     () = shutdown.cancelled() => out_rx.try_recv().ok(),
                 };
-                let Some(msg) = msg else { return };
-                let mut line = serde_json::to_vec(&msg).expect("messages serialize");
+                let Some(Outgoing { message, written }) = msg else {
+                    return;
+                };
+                let mut line = serde_json::to_vec(&message).expect("messages serialize");
                 line.push(b'\n');
                 let mut conn = connection.lock().await;
                 if let Some(w) = conn.as_mut()
                     && (w.write_all(&line).await.is_err() || w.flush().await.is_err())
                 {
                     *conn = None;
+                }
+                if let Some(written) = written {
+                    let _ = written.send(());
                 }
             }
         }
@@ -435,12 +461,15 @@ async fn read_requests(sandbox: Arc<Sandbox>, read: OwnedReadHalf) {
                     "wasmlet sandbox: request {id} ended after its connection closed: {error}"
                 );
             }
-            let _ = sandbox.out.send(Message::Reply {
-                id,
-                error,
-                error_kind,
-                containers: answer.containers,
-                exec: answer.exec,
+            let _ = sandbox.out.send(Outgoing {
+                message: Message::Reply {
+                    id,
+                    error,
+                    error_kind,
+                    containers: answer.containers,
+                    exec: answer.exec,
+                },
+                written: answer.after_reply,
             });
             if shutdown {
                 sandbox.shutdown.cancel();
@@ -458,7 +487,7 @@ impl Sandbox {
         match op {
             Op::List => Ok(Answer {
                 containers: self.report(),
-                exec: None,
+                ..Answer::default()
             }),
             Op::Exec {
                 container_id,
@@ -468,8 +497,8 @@ impl Sandbox {
                 let timeout = (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms));
                 let exec = self.exec(&container_id, argv, timeout, closed).await?;
                 Ok(Answer {
-                    containers: Vec::new(),
                     exec: Some(exec),
+                    ..Answer::default()
                 })
             }
             Op::Shutdown => {
@@ -506,7 +535,10 @@ impl Sandbox {
                 containers.insert(container_id, Slot::Created(Box::new(prepared)));
                 Ok(Answer::default())
             }
-            Op::Start { container_id } => self.start(container_id).map(|()| Answer::default()),
+            Op::Start { container_id } => self.start(container_id).map(|go| Answer {
+                after_reply: Some(go),
+                ..Answer::default()
+            }),
             Op::ReopenLog { container_id } => {
                 self.reopen_log(&container_id).map(|()| Answer::default())
             }
@@ -700,7 +732,8 @@ impl Sandbox {
             .with_context(|| format!("reopening the log of container {container_id}"))
     }
 
-    fn start(self: &Arc<Self>, container_id: String) -> wasmtime::Result<()> {
+    /// Starts the container's guest once the returned sender fires (or is dropped).
+    fn start(self: &Arc<Self>, container_id: String) -> wasmtime::Result<oneshot::Sender<()>> {
         let mut containers = self.containers.lock().unwrap();
         let prepared = match containers.remove(&container_id) {
             Some(Slot::Created(p)) => p,
@@ -749,13 +782,17 @@ impl Sandbox {
         drop(containers);
 
         let this = self.clone();
-        let _ = self.out.send(Message::Started {
+        self.send(Message::Started {
             container_id: container_id.clone(),
             at: started_at,
         });
+        let (go, ready) = oneshot::channel::<()>();
         tokio::spawn(async move {
             let exit = tokio::select! {
-                exit = run(&this.engine, &prepared, &log, attached, stdin, stop, memory) => exit,
+                exit = async {
+                    let _ = ready.await;
+                    run(&this.engine, &prepared, &log, attached, stdin, stop, memory).await
+                } => exit,
                 () = cancel.cancelled() => Exit {
                     code: KILLED_EXIT_CODE,
                     reason: "Error".into(),
@@ -774,14 +811,14 @@ impl Sandbox {
                     exit: exit.clone(),
                 },
             );
-            let _ = this.out.send(Message::Exited {
+            this.send(Message::Exited {
                 container_id,
                 at: finished_at,
                 exit,
             });
             let _ = exited_tx.send(true);
         });
-        Ok(())
+        Ok(go)
     }
 
     /// What an exec of `argv` in `container_id` runs: refused unless the container
