@@ -50,8 +50,9 @@ impl<'a> Op<'a> {
 ///
 /// - `NotFound` names the object ([`Error::NotFound`]);
 /// - `Unavailable`, and errors that never reached the runtime (the socket is absent,
-///   the connection broke: tonic reports those as `Unknown` with a local source),
-///   become [`Error::Unavailable`], which the node retries;
+///   the connection broke: tonic reports those as `Unknown`, or as `Cancelled` when
+///   the connection closed under the call, with a local source), become
+///   [`Error::Unavailable`], which the node retries;
 /// - `DeadlineExceeded`, and the client's own deadline, become [`Error::Timeout`];
 /// - `Unimplemented` becomes [`Error::Unsupported`];
 /// - `InvalidArgument` and `FailedPrecondition` keep their meaning;
@@ -75,6 +76,13 @@ pub(crate) fn from_status(op: &Op<'_>, status: tonic::Status) -> Error {
         Code::Cancelled if caused_by::<tonic::TimeoutExpired>(&status) || op.deadline_passed() => {
             timeout()
         }
+        // A Cancelled the client made itself (it carries the local error: hyper's
+        // "operation was canceled: connection closed") is a connection that went away
+        // under the call, as when the runtime restarts: retried like any other.
+        Code::Cancelled if status.source().is_some() => Error::Unavailable {
+            message: format!("{}: {}", op.rpc, describe(&status)),
+            source: Some(status.into()),
+        },
         // A status that carries a source was made by the client from a local error
         // (connect, I/O, HTTP/2), not sent by the runtime: the runtime is unreachable.
         Code::Unknown if status.source().is_some() => Error::Unavailable {
@@ -203,6 +211,36 @@ mod tests {
         let status = tonic::Status::from_error(Box::new(tonic::ConnectError(Box::new(io))));
         let err = from_status(&op(), status);
         assert!(matches!(&err, Error::Unavailable { .. }), "{err:?}");
+    }
+
+    /// What the client makes of a connection closed under a call (hyper's canceled
+    /// error, which tonic turns into `Cancelled` and keeps as the source).
+    #[derive(Debug)]
+    struct ConnectionClosed(tonic::Status);
+
+    impl std::fmt::Display for ConnectionClosed {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("operation was canceled: connection closed")
+        }
+    }
+
+    impl std::error::Error for ConnectionClosed {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_connection_closed_under_a_call_is_unavailable() {
+        let status = tonic::Status::from_error(Box::new(ConnectionClosed(
+            tonic::Status::cancelled("operation was canceled: connection closed"),
+        )));
+        assert_eq!(status.code(), Code::Cancelled);
+        let err = from_status(&op(), status);
+        assert!(
+            matches!(&err, Error::Unavailable { message: m, .. } if m.contains("connection closed")),
+            "{err:?}"
+        );
     }
 
     #[test]
