@@ -134,12 +134,41 @@ pub struct TestNode {
     child: Option<Child>,
 }
 
-/// A free port on loopback (bound and released; the node binds it right after).
+/// A free port on loopback, for a process started right after to bind.
+///
+/// Taken below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`), so no
+/// outgoing connection of a test running beside this one can take it between this check
+/// and that bind (a port from `bind(:0)` could be, and the node then failed to start
+/// with "Address already in use"). Each process hands out each port once, from an offset
+/// of its own, so two test binaries running at once do not pick the same one either.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static HANDED_OUT: AtomicU32 = AtomicU32::new(0);
+    const LOWEST: u32 = 10_000;
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_start <= LOWEST + 1_000 {
+        // No room below the ephemeral range: a port the kernel picks is the best there is.
+        return TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port");
+    }
+    let span = ephemeral_start - LOWEST;
+    let offset = std::process::id().wrapping_mul(7_919) % span;
+    loop {
+        let n = HANDED_OUT.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            n < span,
+            "no free loopback port left below {ephemeral_start}"
+        );
+        let port = u16::try_from(LOWEST + (offset + n) % span).expect("ports fit in u16");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// The status code and body of a whole HTTP/1 response.

@@ -2,7 +2,6 @@
 //! distribution registry) over TLS from a test CA, with htpasswd basic auth, and
 //! pushes of Wasm artifacts to it.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -34,7 +33,7 @@ impl Registry {
         let dir = tempfile::Builder::new()
             .prefix("wasmlet-registry-")
             .tempdir()?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = crate::node::free_port();
         let host = format!("127.0.0.1:{port}");
         let ca = Ca::new("wasmlet test registry CA");
         let (cert, key) =
