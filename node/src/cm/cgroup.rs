@@ -17,7 +17,9 @@
 //!   `cpu.cfs_period_us`, `memory.limit_in_bytes`, `pids.max`). On v1, cgroups are
 //!   created in the `cpu`, `cpuacct`, `memory` and `pids` hierarchies; processes and
 //!   leftovers (directories a CRI runtime made in `freezer`, `devices`, ...) are looked
-//!   for in every mounted hierarchy, as the kubelet's `Pids` and `Destroy` do.
+//!   for in every mounted hierarchy, as the kubelet's `Pids` and `Destroy` do —
+//!   the cgroup2 mount of a hybrid machine (`<mount root>/unified`) included, where
+//!   runc puts every container too.
 //!
 //! Every call is synchronous file I/O; [`CgroupManager::destroy`] may wait up to
 //! [`DESTROY_TIMEOUT`] for killed processes to go, so async callers run it on a
@@ -219,7 +221,8 @@ struct V1 {
     mount_root: PathBuf,
     /// `(controller, mount)` for the mounted ones of [`V1_CONTROLLERS`].
     managed: Vec<(&'static str, PathBuf)>,
-    /// Every mounted v1 hierarchy once (co-mounts and symlinks folded).
+    /// Every mounted hierarchy once (co-mounts and symlinks folded), with a hybrid
+    /// machine's cgroup2 mount.
     all: Vec<PathBuf>,
 }
 
@@ -240,9 +243,14 @@ impl V1 {
             }
         }
         let entries = fs::read_dir(mount_root).map_err(io_error("listing", mount_root))?;
+        // A hybrid machine's cgroup2 mount (`unified`) holds no controller the node
+        // sets, but runc puts each container there as well: its directories are
+        // leftovers to remove with the pod's.
+        let is_hybrid_v2_mount =
+            |p: &Path| p.join(PROCS).is_file() && p.join("cgroup.controllers").is_file();
         let mut mounts: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| is_v1_mount(p))
+            .filter(|p| is_v1_mount(p) || is_hybrid_v2_mount(p))
             .collect();
         mounts.sort();
         let mut seen = BTreeSet::new();

@@ -853,6 +853,18 @@ pub(crate) mod tests {
         if mount_root.join("freezer/cgroup.procs").is_file() {
             fs::create_dir_all(&freezer).unwrap();
         }
+        // runc on a hybrid machine also puts the container in the cgroup2 mount.
+        let unified = mount_root.join("unified");
+        let unified_ctr = unified.join(cgroups.path(&ctr).trim_start_matches('/'));
+        let hybrid = unified.join("cgroup.controllers").is_file();
+        if hybrid {
+            fs::create_dir_all(&unified_ctr).unwrap();
+            fs::write(
+                unified_ctr.join("cgroup.procs"),
+                container.0.id().to_string(),
+            )
+            .unwrap();
+        }
         let mut both = vec![sandbox.0.id(), container.0.id()];
         both.sort();
         assert_eq!(cgroups.pids(&bn).unwrap(), both);
@@ -873,6 +885,8 @@ pub(crate) mod tests {
         }
         assert!(!cgroups.exists(&bn));
         assert!(!freezer.exists(), "{}", freezer.display());
+        let unified_pod = unified.join(cgroups.path(&bn).trim_start_matches('/'));
+        assert!(!unified_pod.exists(), "{}", unified_pod.display());
         assert!(cgroups.pids(&bn).unwrap().is_empty());
         assert_eq!(file("cpu", &burstable_qos, "cpu.shares"), "2");
 
