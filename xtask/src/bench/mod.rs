@@ -86,7 +86,7 @@ const POLL_EVERY: Duration = Duration::from_millis(5);
 /// The command of the busybox containers, in the pods and under `ctr run`.
 const BUSYBOX_COMMAND: [&str; 3] = ["sh", "-c", "exec sleep 1000"];
 
-fn build_node(debug: bool) -> anyhow::Result<std::path::PathBuf> {
+pub(crate) fn build_node(debug: bool) -> anyhow::Result<std::path::PathBuf> {
     let root = images::workspace_root()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
