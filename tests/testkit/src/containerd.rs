@@ -42,6 +42,7 @@
 
 mod cleanup;
 pub use cleanup::remove_cgroup_tree;
+pub(crate) use cleanup::unmount_all_under;
 pub mod images;
 
 use std::fmt;

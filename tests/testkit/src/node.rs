@@ -675,6 +675,15 @@ impl Drop for TestNode {
                     .status();
             }
         }
+        // A node leaves its pods' volumes mounted when it stops (as the kubelet does:
+        // the next start finds them); the test's directory goes, so its mounts go
+        // first (Secret and projected tmpfs mounts were left behind otherwise).
+        if let Err(e) = crate::containerd::unmount_all_under(self.dir.path()) {
+            eprintln!(
+                "wasmlet-testkit: unmounting under {}: {e}",
+                self.dir.path().display()
+            );
+        }
     }
 }
 

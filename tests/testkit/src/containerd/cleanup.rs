@@ -592,7 +592,8 @@ fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     mounts
 }
 
-fn unmount_all_under(dir: &Path) -> Result<(), String> {
+/// Lazily unmounts every mount at or below `dir`, deepest first.
+pub(crate) fn unmount_all_under(dir: &Path) -> Result<(), String> {
     for _ in 0..10 {
         let mounts = mounts_under(dir);
         if mounts.is_empty() {
