@@ -180,13 +180,13 @@ impl CsiVolumes {
             .join("globalmount")
     }
 
+    /// The volume's lock. The map keeps only locks someone holds or waits for: one
+    /// only the map refers to is dropped here (a volume's next lock is a new one,
+    /// which is the same thing), so volumes that came and went leave no entry.
     fn lock(&self, unique: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.locks
-            .lock()
-            .unwrap()
-            .entry(unique.to_owned())
-            .or_default()
-            .clone()
+        let mut locks = self.locks.lock().unwrap();
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        locks.entry(unique.to_owned()).or_default().clone()
     }
 
     /// A new client of `driver`, or the kubelet's error for a driver that did not
@@ -578,6 +578,14 @@ impl CsiVolumes {
     /// volume no other pod on the node has. What failed stays on disk (and is named in
     /// the error) to be tried again.
     pub async fn tear_down(&self, pod_dir: &Path) -> Result<(), String> {
+        // The pod's set-up back-offs (`<volume>/<uid>`) go with it.
+        if let Some(uid) = pod_dir.file_name().and_then(|n| n.to_str()) {
+            let suffix = format!("/{uid}");
+            self.retries
+                .lock()
+                .unwrap()
+                .retain(|key, _| !key.ends_with(&suffix));
+        }
         let mut errors = Vec::new();
         let devices_dir = pod_dir.join("volumeDevices").join(PLUGIN_DIR);
         for entry in std::fs::read_dir(&devices_dir)
@@ -1197,6 +1205,47 @@ pub fn is_mounted(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn locks_and_back_offs_of_volumes_that_went_are_forgotten() {
+        let root = tempfile::tempdir().unwrap();
+        let v = CsiVolumes::new(
+            Default::default(),
+            root.path().to_owned(),
+            "n1".into(),
+            Duration::from_secs(1),
+        );
+        let held = v.lock("kubernetes.io/csi/d^a");
+        let guard = held.lock().await;
+        for i in 0..100 {
+            drop(v.lock(&format!("kubernetes.io/csi/d^inline-{i}")));
+        }
+        let again = v.lock("kubernetes.io/csi/d^b");
+        assert_eq!(
+            v.locks.lock().unwrap().len(),
+            2,
+            "only the held lock and the new one stay"
+        );
+        assert!(
+            Arc::ptr_eq(&held, &v.lock("kubernetes.io/csi/d^a")),
+            "a held lock is the one handed out again"
+        );
+        drop((guard, again));
+
+        let retry = || Retry {
+            not_before: Instant::now(),
+            delay: BACKOFF_INITIAL,
+            error: "failed".into(),
+        };
+        v.retries.lock().unwrap().extend([
+            ("data/uid-1".to_owned(), retry()),
+            ("cache/uid-1".to_owned(), retry()),
+            ("data/uid-2".to_owned(), retry()),
+        ]);
+        v.tear_down(&root.path().join("pods/uid-1")).await.unwrap();
+        let left: Vec<String> = v.retries.lock().unwrap().keys().cloned().collect();
+        assert_eq!(left, ["data/uid-2"]);
+    }
 
     #[test]
     fn names_and_paths_are_the_kubelets() {
