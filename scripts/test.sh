@@ -43,6 +43,10 @@ disk
 echo "--- tests"
 cargo test --workspace --locked 2>&1 | tee target/test.log
 disk
+echo "--- soak, ${WASMLET_SOAK_MINUTES:-2} min"
+# Pods of both kinds churned on the node the e2e tests ran; fails on any leftover or
+# on RSS growth past 10 % (docs/status.md has a long run's figures).
+cargo xtask soak --minutes "${WASMLET_SOAK_MINUTES:-2}" --debug --binary target/debug/wasmlet --wasm 20 --boxes 4
 echo "--- the plugin author guides, run as written"
 scripts/plugin-guides.sh
 echo "--- the README's standalone node, 15 s"

@@ -53,6 +53,9 @@ enum Task {
         /// How long to churn (a quarter of it, at most 5 min, is the warm-up).
         #[arg(long, default_value_t = 30.0)]
         minutes: f64,
+        /// Go on past `--minutes` until this many pods have run.
+        #[arg(long, default_value_t = 0)]
+        min_pods: usize,
         /// Wasm pods per round.
         #[arg(long, default_value_t = 40)]
         wasm: usize,
@@ -158,6 +161,7 @@ fn main() -> anyhow::Result<()> {
         } => fuzz::fuzz(targets, seconds, jobs, json),
         Task::Soak {
             minutes,
+            min_pods,
             wasm,
             boxes,
             debug,
@@ -165,6 +169,7 @@ fn main() -> anyhow::Result<()> {
             json,
         } => soak::soak(soak::Soak {
             minutes,
+            min_pods,
             wasm,
             boxes,
             debug,

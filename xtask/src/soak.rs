@@ -15,6 +15,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -36,6 +37,8 @@ const RSS_SLACK: f64 = 0.10;
 #[derive(Clone, Debug)]
 pub struct Soak {
     pub minutes: f64,
+    /// Rounds go on past `minutes` until this many pods have run.
+    pub min_pods: usize,
     pub wasm: usize,
     pub boxes: usize,
     pub debug: bool,
@@ -53,10 +56,44 @@ struct Sample {
     fds: usize,
 }
 
+/// Set by SIGINT or SIGTERM: the soak stops at its next check and tears its node,
+/// containerd and network down on the way out.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// A thread of its own waits for SIGINT or SIGTERM and sets [`INTERRUPTED`].
+fn stop_on_signals() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    let (mut int, mut term) = runtime.block_on(async {
+        anyhow::Ok((
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        ))
+    })?;
+    std::thread::spawn(move || {
+        runtime.block_on(async {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        });
+        eprintln!("soak: interrupted; tearing down");
+        INTERRUPTED.store(true, Ordering::Relaxed);
+    });
+    Ok(())
+}
+
 pub fn soak(opts: Soak) -> anyhow::Result<()> {
     if opts.wasm + opts.boxes == 0 {
         bail!("a round needs at least one pod (--wasm or --boxes)");
     }
+    stop_on_signals()?;
     let binary = match &opts.binary {
         Some(binary) => binary.clone(),
         None => crate::bench::build_node(opts.debug)?,
@@ -89,7 +126,10 @@ pub fn soak(opts: Soak) -> anyhow::Result<()> {
     let mut peak_rss_kib = 0u64;
     let mut round = 0usize;
     let mut last_print = Instant::now();
-    while started.elapsed() < duration || warm.is_none() {
+    while started.elapsed() < duration || pods < opts.min_pods || warm.is_none() {
+        if interrupted() {
+            bail!("interrupted after {round} rounds ({pods} pods)");
+        }
         let peak = run_round(&node, round, opts.wasm, opts.boxes).with_context(|| {
             format!(
                 "round {round} ({pods} pods before it); node log tail:\n{}\ncontainerd log tail:\n{}",
@@ -314,6 +354,9 @@ fn run_round(node: &TestNode, round: usize, wasm: usize, boxes: usize) -> anyhow
     let mut peak = 0u64;
     let mut missing: Vec<String> = Vec::new();
     let arrived_all = poll(ROUND_TIMEOUT, || {
+        if interrupted() {
+            return Some(());
+        }
         peak = peak.max(rss_kib(node.pid()));
         let pods = node.pods().ok()?;
         missing = want
@@ -340,6 +383,9 @@ fn run_round(node: &TestNode, round: usize, wasm: usize, boxes: usize) -> anyhow
     }
     let mut left: Vec<String> = Vec::new();
     let gone = poll(ROUND_TIMEOUT, || {
+        if interrupted() {
+            return Some(());
+        }
         peak = peak.max(rss_kib(node.pid()));
         left = node
             .pods()
