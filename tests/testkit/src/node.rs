@@ -675,9 +675,15 @@ impl Drop for TestNode {
                     .status();
             }
         }
-        // A node leaves its pods' volumes mounted when it stops (as the kubelet does:
-        // the next start finds them); the test's directory goes, so its mounts go
-        // first (Secret and projected tmpfs mounts were left behind otherwise).
+        // A node leaves its pods' volumes mounted and its Wasm pods' network
+        // namespaces in place when it stops (as the kubelet leaves its pods: the next
+        // start finds them through the root dir). The test's directory goes, so they
+        // go first (Secret and projected tmpfs mounts, and the namespaces of a node
+        // stopped with pods, were left behind otherwise).
+        for netns in wasm_netns(&self.root) {
+            let _ = nix::mount::umount2(&netns, nix::mount::MntFlags::MNT_DETACH);
+            let _ = std::fs::remove_file(&netns);
+        }
         if let Err(e) = crate::containerd::unmount_all_under(self.dir.path()) {
             eprintln!(
                 "wasmlet-testkit: unmounting under {}: {e}",
@@ -685,6 +691,19 @@ impl Drop for TestNode {
             );
         }
     }
+}
+
+/// The network namespaces the node's Wasm sandboxes recorded
+/// (`<root>/wasm-sandboxes/<id>/network.json`).
+fn wasm_netns(root: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(root.join("wasm-sandboxes"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("network.json")).ok())
+        .filter_map(|raw| serde_json::from_slice::<serde_json::Value>(&raw).ok())
+        .filter_map(|record| record.get("netns")?.as_str().map(PathBuf::from))
+        .collect()
 }
 
 /// One record of a CRI log file.
