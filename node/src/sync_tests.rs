@@ -784,3 +784,204 @@ async fn a_finished_pod_whose_dead_containers_were_removed_starts_nothing() {
     let status = pod_status(&pod, &st, None);
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
 }
+
+/// containerd's error when a container's name is held by another instance.
+fn name_reserved(holder: &str) -> Error {
+    let name = "app_pod-uid-r_default_uid-r_0";
+    Error::internal(format!(
+        "failed to reserve container name \"{name}\": name \"{name}\" is reserved for \"{holder}\""
+    ))
+}
+
+/// A create the runtime carried out after the node lost its reply (containerd
+/// restarted under the call) leaves an instance the node never heard of holding the
+/// container's name: the next sync's create fails on the name, the node removes that
+/// never-started instance and creates again at once.
+#[tokio::test(start_paused = true)]
+async fn a_name_held_by_a_create_whose_reply_was_lost_is_freed_and_the_create_retried() {
+    let h = harness();
+    let pod = pod("uid-r", "Always", &["app"]);
+    h.fake.add_image("img/app:1");
+    h.fake.fail_next(
+        CallKind::CreateContainer,
+        Error::unavailable("operation was canceled: connection closed"),
+    );
+    let mut st = PodState::default();
+    h.syncer.sync_pod(&pod, &mut st).await;
+    assert_eq!(script(&h.fake), ["run-sandbox", "create app#0"]);
+    // What the runtime did with the call anyway.
+    let sandbox = h.fake.sandboxes()[0].id.clone();
+    let holder = h
+        .fake
+        .create_container(
+            &sandbox,
+            &ContainerConfig {
+                metadata: ContainerMetadata {
+                    name: "app".into(),
+                    attempt: 0,
+                },
+                image: "img/app:1".into(),
+                labels: BTreeMap::from([(labels::POD_UID.to_owned(), "uid-r".to_owned())]),
+                ..Default::default()
+            },
+            &PodSandboxConfig::default(),
+        )
+        .await
+        .unwrap();
+    h.fake.take_calls();
+    h.fake
+        .fail_next(CallKind::CreateContainer, name_reserved(&holder));
+    h.syncer.sync_pod(&pod, &mut st).await;
+    assert_eq!(
+        script(&h.fake),
+        ["create app#0", "remove app", "create app#0", "start app"]
+    );
+    assert!(
+        h.fake.container(&holder).is_none(),
+        "the stray instance is gone"
+    );
+    assert_eq!(state_of(&st, "app"), Some(ContainerState::Running));
+}
+
+/// A holder the runtime cannot show (its create is still under way) is left alone:
+/// the container waits in CreateContainerError and the next sync creates it.
+#[tokio::test(start_paused = true)]
+async fn a_name_held_by_a_create_still_under_way_waits_for_the_next_sync() {
+    let h = harness();
+    let pod = pod("uid-r", "Always", &["app"]);
+    h.fake.add_image("img/app:1");
+    h.fake
+        .fail_next(CallKind::CreateContainer, name_reserved("in-flight"));
+    let mut st = PodState::default();
+    h.syncer.sync_pod(&pod, &mut st).await;
+    assert_eq!(script(&h.fake), ["run-sandbox", "create app#0"]);
+    let waiting = api_status(&pod_status(&pod, &st, None), "app")
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some("CreateContainerError"));
+    assert!(
+        waiting
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("is reserved for")),
+        "{waiting:?}"
+    );
+
+    h.fake.take_calls();
+    h.syncer.sync_pod(&pod, &mut st).await;
+    assert_eq!(script(&h.fake), ["create app#0", "start app"]);
+}
+
+/// The same for a pod sandbox: a RunPodSandbox the runtime carried out after the node
+/// lost its reply holds the sandbox name; the node stops and removes that sandbox and
+/// creates the pod's again.
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_name_held_by_a_create_whose_reply_was_lost_is_freed_and_the_create_retried() {
+    let h = harness();
+    let pod = pod("uid-r", "Always", &["app"]);
+    h.fake.add_image("img/app:1");
+    h.fake.fail_next(
+        CallKind::RunPodSandbox,
+        Error::unavailable("operation was canceled: connection closed"),
+    );
+    let mut st = PodState::default();
+    h.syncer.sync_pod(&pod, &mut st).await;
+    assert_eq!(script(&h.fake), ["run-sandbox"]);
+    // What the runtime did with the call anyway.
+    let holder = h
+        .fake
+        .run_pod_sandbox(&PodSandboxConfig {
+            metadata: PodMetadata {
+                name: "pod-uid-r".into(),
+                namespace: "default".into(),
+                uid: "uid-r".into(),
+                attempt: 0,
+            },
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    h.fake.take_calls();
+    let name = "pod-uid-r_default_uid-r_0";
+    h.fake.fail_next(
+        CallKind::RunPodSandbox,
+        Error::internal(format!(
+            "failed to reserve sandbox name \"{name}\": name \"{name}\" is reserved for \"{holder}\""
+        )),
+    );
+    h.syncer.sync_pod(&pod, &mut st).await;
+    assert_eq!(
+        script(&h.fake),
+        [
+            "run-sandbox",
+            "stop-sandbox",
+            "remove-sandbox",
+            "run-sandbox",
+            "create app#0",
+            "start app"
+        ]
+    );
+    assert!(
+        h.fake.sandboxes().iter().all(|s| s.id != holder),
+        "the stray sandbox is gone"
+    );
+    assert_eq!(state_of(&st, "app"), Some(ContainerState::Running));
+}
+
+/// A stray sandbox the runtime cannot stop (its network cannot be torn down) keeps
+/// the name: the node creates the next attempt, as the kubelet does.
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_name_held_by_a_sandbox_that_cannot_stop_moves_to_the_next_attempt() {
+    let h = harness();
+    let pod = pod("uid-r", "Always", &["app"]);
+    h.fake.add_image("img/app:1");
+    let holder = h
+        .fake
+        .run_pod_sandbox(&PodSandboxConfig {
+            metadata: PodMetadata {
+                name: "pod-uid-r".into(),
+                namespace: "default".into(),
+                uid: "uid-r".into(),
+                attempt: 0,
+            },
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    h.fake.take_calls();
+    let name = "pod-uid-r_default_uid-r_0";
+    h.fake.fail_next(
+        CallKind::RunPodSandbox,
+        Error::internal(format!(
+            "failed to reserve sandbox name \"{name}\": name \"{name}\" is reserved for \"{holder}\""
+        )),
+    );
+    h.fake.fail_next(
+        CallKind::StopPodSandbox,
+        Error::internal("failed to destroy network for sandbox: decoding version"),
+    );
+    let mut st = PodState::default();
+    h.syncer.sync_pod(&pod, &mut st).await;
+    assert_eq!(
+        script(&h.fake),
+        [
+            "run-sandbox",
+            "stop-sandbox",
+            "run-sandbox",
+            "create app#0",
+            "start app"
+        ]
+    );
+    let created = h
+        .fake
+        .sandboxes()
+        .into_iter()
+        .find(|s| s.id != holder)
+        .expect("a new sandbox");
+    assert_eq!(created.metadata.attempt, 1);
+    assert_eq!(st.sandbox_attempts, 2);
+    assert_eq!(state_of(&st, "app"), Some(ContainerState::Running));
+}

@@ -8,7 +8,7 @@ use wasmlet_runtime::{ContainerState, ContainerStatus, Runtime};
 
 use crate::cluster::events::{NORMAL, WARNING};
 use crate::pod::full_name;
-use crate::pod_state::{PodState, SandboxRecord, Waiting};
+use crate::pod_state::{PodState, SandboxRecord, Waiting, labels};
 use crate::podspec;
 use crate::sync::{PodSyncer, StartError};
 
@@ -66,13 +66,26 @@ impl PodSyncer {
                 waiting: Waiting::new("CreateContainerConfigError", message),
                 retry: self.retry_after_error,
             })?;
-        let id = runtime
+        let created = match runtime
             .create_container(&sandbox.id, &config, &sandbox.config)
             .await
-            .map_err(|e| StartError {
-                waiting: Waiting::new("CreateContainerError", e.to_string()),
-                retry: self.retry_after_error,
-            })?;
+        {
+            Ok(id) => Ok(id),
+            Err(e) => {
+                let message = e.to_string();
+                match super::name_reserved_for(&message) {
+                    Some(holder) if self.release_name(runtime, pod, c, holder).await => runtime
+                        .create_container(&sandbox.id, &config, &sandbox.config)
+                        .await
+                        .map_err(|e| e.to_string()),
+                    _ => Err(message),
+                }
+            }
+        };
+        let id = created.map_err(|message| StartError {
+            waiting: Waiting::new("CreateContainerError", message),
+            retry: self.retry_after_error,
+        })?;
         self.events.pod(
             pod,
             Some(&c.name),
@@ -328,5 +341,59 @@ impl PodSyncer {
         }
         config.cdi_devices.extend(run.cdi_devices);
         Ok(())
+    }
+}
+
+impl PodSyncer {
+    /// Frees a container's name that the runtime holds for an instance the node lost
+    /// track of: a create the runtime carried out after its caller lost the reply (the
+    /// runtime restarted under the call, the call timed out), or one whose start's
+    /// reply was lost and whose removal failed. containerd's CRI plugin releases a
+    /// name only when that container is removed, and every retry of the create fails
+    /// on it. The kubelet moves on to the next attempt; the node stops and removes the
+    /// stray instance and creates again. `true` when the name is free. A holder the
+    /// runtime cannot show yet is a create still under way: left alone, the next sync
+    /// tries again.
+    async fn release_name(
+        &self,
+        runtime: &dyn Runtime,
+        pod: &Pod,
+        c: &Container,
+        holder: &str,
+    ) -> bool {
+        let status = match runtime.container_status(holder).await {
+            Ok(status) => status,
+            Err(e) => {
+                tracing::info!(pod = %full_name(pod), container = %c.name, holder, "the container's name is held by an instance the runtime cannot show (a create still under way?): {e}");
+                return false;
+            }
+        };
+        let ours = status.labels.get(labels::POD_UID).map(String::as_str)
+            == pod.metadata.uid.as_deref()
+            && status.metadata.name == c.name;
+        if !ours {
+            tracing::warn!(pod = %full_name(pod), container = %c.name, holder, "the container's name is held by another container");
+            return false;
+        }
+        tracing::info!(pod = %full_name(pod), container = %c.name, holder, state = ?status.state, "removing an instance the node lost track of; it holds the container's name");
+        // Running: started by a call whose reply was lost too (the node then failed
+        // to remove it). It gets its grace period, as any container the node stops.
+        if status.state == ContainerState::Running
+            && let Err(e) = runtime
+                .stop_container(holder, crate::pod::grace_period(pod))
+                .await
+            && !e.is_not_found()
+        {
+            tracing::warn!(pod = %full_name(pod), container = %c.name, holder, "stopping the instance that holds the container's name: {e}");
+            return false;
+        }
+        match runtime.remove_container(holder).await {
+            Ok(()) => true,
+            Err(e) if e.is_not_found() => true,
+            Err(e) => {
+                tracing::warn!(pod = %full_name(pod), container = %c.name, holder, "removing the instance that holds the container's name: {e}");
+                false
+            }
+        }
     }
 }

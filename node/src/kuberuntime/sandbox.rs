@@ -129,9 +129,30 @@ impl PodSyncer {
         if let Err(e) = std::fs::create_dir_all(&config.log_directory) {
             tracing::warn!(pod = %full_name(pod), "creating {}: {e}", config.log_directory.display());
         }
-        match runtime.run_pod_sandbox(&config).await {
+        let created = match runtime.run_pod_sandbox(&config).await {
+            Ok(id) => Ok(id),
+            Err(e) => {
+                let message = e.to_string();
+                match super::name_reserved_for(&message) {
+                    Some(holder) => {
+                        if !release_sandbox_name(runtime, pod, holder).await {
+                            // The holder stays (a create still under way, or a network
+                            // its runtime cannot tear down): the next attempt's name,
+                            // as the kubelet would; sandbox GC takes the holder later.
+                            config.metadata.attempt += 1;
+                        }
+                        runtime
+                            .run_pod_sandbox(&config)
+                            .await
+                            .map_err(|e| e.to_string())
+                    }
+                    None => Err(message),
+                }
+            }
+        };
+        match created {
             Ok(id) => {
-                st.sandbox_attempts += 1;
+                st.sandbox_attempts = config.metadata.attempt + 1;
                 st.sandbox_error = None;
                 let (ip, additional_ips) = match runtime.pod_sandbox_status(&id).await {
                     Ok(status) => (status.ip, status.additional_ips),
@@ -154,6 +175,40 @@ impl PodSyncer {
                 let message = format!("failed to create pod sandbox: {e}");
                 Err(self.not_started(pod, st, message))
             }
+        }
+    }
+}
+
+/// Frees a pod's sandbox name that the runtime holds for a sandbox the node never
+/// heard of (see [`super::name_reserved_for`]): the kubelet creates the next attempt
+/// and later removes the stray one; the node removes it first, which frees the name,
+/// and creates again. `true` when the name is free. A holder the runtime cannot show
+/// yet (a create still under way) or cannot stop is left alone.
+async fn release_sandbox_name(runtime: &dyn Runtime, pod: &Pod, holder: &str) -> bool {
+    let status = match runtime.pod_sandbox_status(holder).await {
+        Ok(status) => status,
+        Err(e) => {
+            tracing::info!(pod = %full_name(pod), holder, "the pod's sandbox name is held by a sandbox the runtime cannot show (a create still under way?): {e}");
+            return false;
+        }
+    };
+    if Some(status.metadata.uid.as_str()) != pod.metadata.uid.as_deref() {
+        tracing::warn!(pod = %full_name(pod), holder, "the pod's sandbox name is held by another pod's sandbox");
+        return false;
+    }
+    tracing::info!(pod = %full_name(pod), holder, state = ?status.state, "removing a sandbox created by a call whose reply was lost; it holds the pod's sandbox name");
+    if let Err(e) = runtime.stop_pod_sandbox(holder).await
+        && !e.is_not_found()
+    {
+        tracing::warn!(pod = %full_name(pod), holder, "stopping the sandbox that holds the pod's sandbox name: {e}");
+        return false;
+    }
+    match runtime.remove_pod_sandbox(holder).await {
+        Ok(()) => true,
+        Err(e) if e.is_not_found() => true,
+        Err(e) => {
+            tracing::warn!(pod = %full_name(pod), holder, "removing the sandbox that holds the pod's sandbox name: {e}");
+            false
         }
     }
 }

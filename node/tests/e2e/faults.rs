@@ -1,5 +1,6 @@
 //! Hostile conditions, held for minutes: the node's filesystem full; the API server
-//! flapping; the node killed again and again while a hundred pods of both kinds start.
+//! flapping; the node killed again and again while a hundred pods of both kinds start;
+//! containerd killed again and again while pods start.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -232,6 +233,105 @@ fn a_node_killed_every_few_seconds_during_a_rollout_of_a_hundred_pods_runs_each_
         );
     }
     eprintln!("{kills} kills during the rollout");
+}
+
+/// containerd SIGKILLed every three seconds, eight times, while 20 busybox pods start
+/// beside 5 running Wasm pods: the Wasm pods are untouched (same instance, no
+/// restart), and every busybox pod ends up running, with one running pod sandbox and
+/// one running container. (Creates containerd carried out after the node lost their
+/// reply hold their container's name; the node frees it.)
+#[test]
+fn containerd_killed_in_a_loop_while_pods_start_leaves_every_pod_running_once() {
+    let mut containerd = Containerd::start().expect("containerd starts");
+    containerd.import_test_images().expect("test images import");
+    let node = cri_node(&containerd, &["ticker"]);
+    const BOXES: usize = 20;
+    const WASM: usize = 5;
+    let wasm = |i: usize| format!("wasm-{i}");
+    let boxed = |i: usize| format!("box-{i}");
+    for i in 0..WASM {
+        node.write_manifest(
+            &format!("{}.yaml", wasm(i)),
+            &manifest(&wasm(i), "ticker", "Always", ""),
+        )
+        .unwrap();
+    }
+    // Each Wasm pod's running container and restart count.
+    let wasm_instances = || -> Option<BTreeMap<String, (String, i32)>> {
+        (0..WASM)
+            .map(|i| {
+                let p = node.pod(&wasm(i)).filter(is_running)?;
+                let c = container(&p);
+                Some((wasm(i), (c.container_id?, c.restart_count)))
+            })
+            .collect()
+    };
+    let before = poll(Duration::from_secs(60), wasm_instances).expect("the Wasm pods run");
+
+    for i in 0..BOXES {
+        node.write_manifest(
+            &format!("{}.yaml", boxed(i)),
+            &busybox_pod(&boxed(i), "Always", 2, "exec sleep 1000"),
+        )
+        .unwrap();
+    }
+    for kill in 0..8u64 {
+        // The fault's pace: 1, 2, 3, 1, … s, so kills land at every stage of a start.
+        std::thread::sleep(Duration::from_secs(1 + kill % 3));
+        containerd.kill_daemon().expect("containerd is killed");
+        containerd.start_daemon().expect("containerd starts again");
+    }
+
+    let settled = poll(Duration::from_secs(240), || {
+        let pods = node.pods().ok()?;
+        let running = pods.iter().filter(|p| is_running(p)).count();
+        (running == BOXES + WASM).then_some(pods)
+    });
+    let pods = settled.unwrap_or_else(|| {
+        let pods = node.pods().unwrap_or_default();
+        let waiting: Vec<_> = pods
+            .iter()
+            .filter(|p| !is_running(p))
+            .map(|p| (p.metadata.name.clone(), p.status.clone()))
+            .collect();
+        panic!(
+            "{} of {} pods run after containerd was killed eight times; the others: {waiting:#?}\nnode log:\n{}\ncontainerd log:\n{}",
+            pods.len() - waiting.len(),
+            BOXES + WASM,
+            wasmlet_testkit::node::tail(&node.log(), 60),
+            containerd.log_tail(40)
+        )
+    });
+    assert_eq!(pods.len(), BOXES + WASM, "no pod more, none fewer");
+    assert_eq!(
+        wasm_instances().expect("the Wasm pods run"),
+        before,
+        "the Wasm pods kept their containers and restart counts"
+    );
+
+    let tasks = containerd.ctr_k8s(["tasks", "ls"]).unwrap_or_default();
+    let running: BTreeSet<&str> = tasks
+        .lines()
+        .filter(|l| l.contains("RUNNING"))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for p in pods.iter().filter(|p| {
+        p.metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.starts_with("box-"))
+    }) {
+        let objects = pod_containers(&containerd, p);
+        let live = objects
+            .iter()
+            .filter(|id| running.contains(id.as_str()))
+            .count();
+        assert_eq!(
+            live, 2,
+            "{:?}: one running pod sandbox and one running container: {objects:?}",
+            p.metadata.name
+        );
+    }
 }
 
 /// Fills `dir`'s filesystem with one file until a write fails for lack of space.
