@@ -787,10 +787,34 @@ async fn a_finished_pod_whose_dead_containers_were_removed_starts_nothing() {
 
 /// containerd's error when a container's name is held by another instance.
 fn name_reserved(holder: &str) -> Error {
-    let name = "app_pod-uid-r_default_uid-r_0";
+    reserved("container", "app_pod-uid-r_default_uid-r_0", holder)
+}
+
+/// containerd's error when pod `uid-r`'s sandbox name is held by another sandbox.
+fn sandbox_name_reserved(holder: &str) -> Error {
+    reserved("sandbox", "pod-uid-r_default_uid-r_0", holder)
+}
+
+fn reserved(kind: &str, name: &str, holder: &str) -> Error {
     Error::internal(format!(
-        "failed to reserve container name \"{name}\": name \"{name}\" is reserved for \"{holder}\""
+        "failed to reserve {kind} name \"{name}\": name \"{name}\" is reserved for \"{holder}\""
     ))
+}
+
+/// A sandbox of pod `uid-r` made behind the node's back (what the runtime did with
+/// a call whose reply the node lost).
+async fn stray_sandbox(fake: &FakeRuntime) -> String {
+    fake.run_pod_sandbox(&PodSandboxConfig {
+        metadata: PodMetadata {
+            name: "pod-uid-r".into(),
+            namespace: "default".into(),
+            uid: "uid-r".into(),
+            attempt: 0,
+        },
+        ..Default::default()
+    })
+    .await
+    .unwrap()
 }
 
 /// A create the runtime carried out after the node lost its reply (containerd
@@ -891,27 +915,10 @@ async fn a_sandbox_name_held_by_a_create_whose_reply_was_lost_is_freed_and_the_c
     h.syncer.sync_pod(&pod, &mut st).await;
     assert_eq!(script(&h.fake), ["run-sandbox"]);
     // What the runtime did with the call anyway.
-    let holder = h
-        .fake
-        .run_pod_sandbox(&PodSandboxConfig {
-            metadata: PodMetadata {
-                name: "pod-uid-r".into(),
-                namespace: "default".into(),
-                uid: "uid-r".into(),
-                attempt: 0,
-            },
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let holder = stray_sandbox(&h.fake).await;
     h.fake.take_calls();
-    let name = "pod-uid-r_default_uid-r_0";
-    h.fake.fail_next(
-        CallKind::RunPodSandbox,
-        Error::internal(format!(
-            "failed to reserve sandbox name \"{name}\": name \"{name}\" is reserved for \"{holder}\""
-        )),
-    );
+    h.fake
+        .fail_next(CallKind::RunPodSandbox, sandbox_name_reserved(&holder));
     h.syncer.sync_pod(&pod, &mut st).await;
     assert_eq!(
         script(&h.fake),
@@ -938,27 +945,10 @@ async fn a_sandbox_name_held_by_a_sandbox_that_cannot_stop_moves_to_the_next_att
     let h = harness();
     let pod = pod("uid-r", "Always", &["app"]);
     h.fake.add_image("img/app:1");
-    let holder = h
-        .fake
-        .run_pod_sandbox(&PodSandboxConfig {
-            metadata: PodMetadata {
-                name: "pod-uid-r".into(),
-                namespace: "default".into(),
-                uid: "uid-r".into(),
-                attempt: 0,
-            },
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let holder = stray_sandbox(&h.fake).await;
     h.fake.take_calls();
-    let name = "pod-uid-r_default_uid-r_0";
-    h.fake.fail_next(
-        CallKind::RunPodSandbox,
-        Error::internal(format!(
-            "failed to reserve sandbox name \"{name}\": name \"{name}\" is reserved for \"{holder}\""
-        )),
-    );
+    h.fake
+        .fail_next(CallKind::RunPodSandbox, sandbox_name_reserved(&holder));
     h.fake.fail_next(
         CallKind::StopPodSandbox,
         Error::internal("failed to destroy network for sandbox: decoding version"),

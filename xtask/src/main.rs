@@ -49,29 +49,7 @@ enum Task {
     /// Churn Wasm and busybox pods (create, probe, restart, delete) on a node for a
     /// while, then check that nothing leaked and the node's RSS held; prints the
     /// figures and the RSS curve.
-    Soak {
-        /// How long to churn (a quarter of it, at most 5 min, is the warm-up).
-        #[arg(long, default_value_t = 30.0)]
-        minutes: f64,
-        /// Go on past `--minutes` until this many pods have run.
-        #[arg(long, default_value_t = 0)]
-        min_pods: usize,
-        /// Wasm pods per round.
-        #[arg(long, default_value_t = 40)]
-        wasm: usize,
-        /// Busybox pods per round (through a private containerd).
-        #[arg(long, default_value_t = 8)]
-        boxes: usize,
-        /// Build and run the debug binary instead of the release one.
-        #[arg(long)]
-        debug: bool,
-        /// Run this node binary instead of building one (CI runs the one its tests ran).
-        #[arg(long)]
-        binary: Option<PathBuf>,
-        /// Print the figures as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Soak(soak::Soak),
     /// Benchmarks (they print figures; they are not tests).
     Bench {
         #[command(subcommand)]
@@ -159,23 +137,7 @@ fn main() -> anyhow::Result<()> {
             json,
             targets,
         } => fuzz::fuzz(targets, seconds, jobs, json),
-        Task::Soak {
-            minutes,
-            min_pods,
-            wasm,
-            boxes,
-            debug,
-            binary,
-            json,
-        } => soak::soak(soak::Soak {
-            minutes,
-            min_pods,
-            wasm,
-            boxes,
-            debug,
-            binary,
-            json,
-        }),
+        Task::Soak(soak) => soak::soak(soak),
         Task::Bench {
             bench:
                 Bench::PodStart {

@@ -23,7 +23,9 @@ use k8s_openapi::api::core::v1::Pod;
 use wasmlet_testkit::cni::CniNetwork;
 use wasmlet_testkit::containerd::Containerd;
 use wasmlet_testkit::containerd::images::BUSYBOX_IMAGE;
-use wasmlet_testkit::node::{NodeOptions, TestNode, poll, processes_matching, rss_kib, tail};
+use wasmlet_testkit::node::{
+    NodeOptions, TestNode, open_fds, poll, processes_matching, rss_kib, tail,
+};
 
 /// How long one round's pods may take to be Ready, and to be gone after removal.
 const ROUND_TIMEOUT: Duration = Duration::from_secs(180);
@@ -34,16 +36,28 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(90);
 const RSS_SLACK: f64 = 0.10;
 
 /// What one soak run is asked for.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct Soak {
+    /// How long to churn (a quarter of it, at most 5 min, is the warm-up).
+    #[arg(long, default_value_t = 30.0)]
     pub minutes: f64,
-    /// Rounds go on past `minutes` until this many pods have run.
+    /// Go on past `--minutes` until this many pods have run.
+    #[arg(long, default_value_t = 0)]
     pub min_pods: usize,
+    /// Wasm pods per round.
+    #[arg(long, default_value_t = 40)]
     pub wasm: usize,
+    /// Busybox pods per round (through a private containerd).
+    #[arg(long, default_value_t = 8)]
     pub boxes: usize,
+    /// Build and run the debug binary instead of the release one.
+    #[arg(long)]
     pub debug: bool,
-    /// A node binary to run instead of building one.
+    /// Run this node binary instead of building one (CI runs the one its tests ran).
+    #[arg(long)]
     pub binary: Option<PathBuf>,
+    /// Print the figures as JSON.
+    #[arg(long)]
     pub json: bool,
 }
 
@@ -401,12 +415,6 @@ fn run_round(node: &TestNode, round: usize, wasm: usize, boxes: usize) -> anyhow
     Ok(peak)
 }
 
-fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
-
 /// The entries of the node's root directory two levels down (`pods/<uid>`,
 /// `containers/<id>`, …), but the image store and the compile cache, which keep what
 /// the first round put there.
@@ -539,11 +547,9 @@ impl Machine {
             .filter(|e| has_peer(&e.path()))
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
-        // Mount points: field 5 of mountinfo.
-        let mounts = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(4).map(str::to_owned))
+        let mounts = wasmlet_testkit::containerd::mount_points()
+            .into_iter()
+            .map(|m| m.display().to_string())
             .collect();
         Machine {
             netns,

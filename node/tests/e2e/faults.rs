@@ -204,34 +204,13 @@ fn a_node_killed_every_few_seconds_during_a_rollout_of_a_hundred_pods_runs_each_
 
     // Each busybox pod's containerd objects: its running sandbox and container are
     // two running tasks, and there are no others.
-    let tasks = containerd.ctr_k8s(["tasks", "ls"]).unwrap_or_default();
-    let running: BTreeSet<&str> = tasks
-        .lines()
-        .filter(|l| l.contains("RUNNING"))
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
+    let (tasks, running) = running_tasks(&containerd);
     assert_eq!(
         running.len(),
         2 * EACH,
         "a task per sandbox and container:\n{tasks}"
     );
-    for p in pods.iter().filter(|p| {
-        p.metadata
-            .name
-            .as_deref()
-            .is_some_and(|n| n.starts_with("box-"))
-    }) {
-        let objects = pod_containers(&containerd, p);
-        let live = objects
-            .iter()
-            .filter(|id| running.contains(id.as_str()))
-            .count();
-        assert_eq!(
-            live, 2,
-            "{:?}: one running pod sandbox and one running container: {objects:?}",
-            p.metadata.name
-        );
-    }
+    each_box_runs_a_sandbox_and_a_container(&containerd, &pods, &running);
     eprintln!("{kills} kills during the rollout");
 }
 
@@ -309,23 +288,37 @@ fn containerd_killed_in_a_loop_while_pods_start_leaves_every_pod_running_once() 
         "the Wasm pods kept their containers and restart counts"
     );
 
+    let (_, running) = running_tasks(&containerd);
+    each_box_runs_a_sandbox_and_a_container(&containerd, &pods, &running);
+}
+
+/// `ctr tasks ls` in the CRI namespace, and the ids of its running tasks.
+fn running_tasks(containerd: &Containerd) -> (String, BTreeSet<String>) {
     let tasks = containerd.ctr_k8s(["tasks", "ls"]).unwrap_or_default();
-    let running: BTreeSet<&str> = tasks
+    let running = tasks
         .lines()
         .filter(|l| l.contains("RUNNING"))
         .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
         .collect();
+    (tasks, running)
+}
+
+/// Each `box-*` pod has exactly two of its containerd objects running: its pod
+/// sandbox and its container.
+fn each_box_runs_a_sandbox_and_a_container(
+    containerd: &Containerd,
+    pods: &[Pod],
+    running: &BTreeSet<String>,
+) {
     for p in pods.iter().filter(|p| {
         p.metadata
             .name
             .as_deref()
             .is_some_and(|n| n.starts_with("box-"))
     }) {
-        let objects = pod_containers(&containerd, p);
-        let live = objects
-            .iter()
-            .filter(|id| running.contains(id.as_str()))
-            .count();
+        let objects = pod_containers(containerd, p);
+        let live = objects.iter().filter(|id| running.contains(*id)).count();
         assert_eq!(
             live, 2,
             "{:?}: one running pod sandbox and one running container: {objects:?}",

@@ -406,11 +406,7 @@ fn kubectl_exec_attach_and_port_forward_reach_busybox_and_wasm_pods() {
     );
 
     // A client that vanishes mid-exec releases what the node held for it.
-    let node_fds = || {
-        std::fs::read_dir(format!("/proc/{}/fd", node.pid()))
-            .unwrap()
-            .count()
-    };
+    let node_fds = || wasmlet_testkit::node::open_fds(node.pid());
     let settled = || {
         wait("the node's descriptors to settle", LONG, || {
             let before = node_fds();

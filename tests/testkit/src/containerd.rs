@@ -41,6 +41,7 @@
 //! ```
 
 mod cleanup;
+pub use cleanup::mount_points;
 pub use cleanup::remove_cgroup_tree;
 pub(crate) use cleanup::unmount_all_under;
 pub mod images;

@@ -783,6 +783,13 @@ pub fn cpu_share(pid: u32, window: Duration) -> Result<f64> {
     Ok(used.as_secs_f64() / started.elapsed().as_secs_f64())
 }
 
+/// How many file descriptors process `pid` holds (0 when it is gone).
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
 /// A process's resident set (`VmRSS`) in KiB; 0 if it is gone.
 pub fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

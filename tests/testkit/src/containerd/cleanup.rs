@@ -545,6 +545,11 @@ pub(crate) fn remove_cgroup(path: &str) -> anyhow::Result<()> {
     }
 }
 
+/// Every mount point in our mount namespace.
+pub fn mount_points() -> Vec<PathBuf> {
+    mountinfo().into_iter().map(|(mount, _)| mount).collect()
+}
+
 /// `(mount point, fstype)` of every mount in our mount namespace.
 fn mountinfo() -> Vec<(PathBuf, String)> {
     let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
