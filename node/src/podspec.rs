@@ -165,11 +165,25 @@ pub fn sandbox_security(spec: &PodSpec) -> SandboxSecurity {
                 .and_then(|s| s.privileged)
                 .unwrap_or(false)
         });
+    let containers = || {
+        spec.init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+    };
+    let shared = |of: fn(&k8s_openapi::api::core::v1::SecurityContext) -> Option<i64>,
+                  pod: Option<i64>| {
+        let mut each = containers().map(|c| c.security_context.as_ref().and_then(of).or(pod));
+        let first = each.next().flatten()?;
+        each.all(|id| id == Some(first)).then_some(first)
+    };
     SandboxSecurity {
         run_as_user: sc.run_as_user,
         run_as_group: sc.run_as_group,
         supplemental_groups: supplemental_groups(spec),
         privileged,
+        containers_run_as_user: shared(|s| s.run_as_user, sc.run_as_user),
+        containers_run_as_group: shared(|s| s.run_as_group, sc.run_as_group),
     }
 }
 
@@ -620,6 +634,42 @@ mod tests {
         assert_eq!(sandbox.run_as_user, Some(2000));
         assert!(sandbox.privileged, "one container is privileged");
         assert_eq!(sysctls(&spec)["net.ipv4.ip_unprivileged_port_start"], "0");
+        // `app` runs as 1000, `debug` as the pod's 2000: no one user; one group.
+        assert_eq!(sandbox.containers_run_as_user, None);
+        assert_eq!(sandbox.containers_run_as_group, Some(3000));
+    }
+
+    #[test]
+    fn the_user_every_container_shares_is_the_sandboxs_to_run_as() {
+        let with = |uid: Option<i64>| Container {
+            security_context: uid.map(|uid| SecurityContext {
+                run_as_user: Some(uid),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let pod = |pod_uid: Option<i64>, containers: Vec<Container>| PodSpec {
+            init_containers: Some(vec![containers[0].clone()]),
+            containers: containers[1..].to_vec(),
+            security_context: Some(PodSecurityContext {
+                run_as_user: pod_uid,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let user = |spec: &PodSpec| sandbox_security(spec).containers_run_as_user;
+        assert_eq!(
+            user(&pod(None, vec![with(Some(7)), with(Some(7))])),
+            Some(7)
+        );
+        assert_eq!(user(&pod(Some(7), vec![with(None), with(None)])), Some(7));
+        assert_eq!(
+            user(&pod(Some(8), vec![with(Some(7)), with(Some(7))])),
+            Some(7)
+        );
+        assert_eq!(user(&pod(None, vec![with(Some(7)), with(None)])), None);
+        assert_eq!(user(&pod(Some(8), vec![with(Some(7)), with(None)])), None);
+        assert_eq!(user(&pod(None, vec![with(None), with(None)])), None);
     }
 
     #[test]

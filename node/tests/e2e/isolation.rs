@@ -101,3 +101,74 @@ fn a_killed_sandbox_process_fails_its_pod_only_and_the_pod_restarts() {
     .expect("a new sandbox replaced the killed one");
     assert!(!node.sandbox_pids().contains(&victim));
 }
+
+/// The value of `field` in `/proc/<pid>/status`.
+fn proc_status(pid: u32, field: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| Some(l.strip_prefix(field)?.strip_prefix(':')?.trim().to_owned()))
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_wasm_pods_run_as_user_is_the_user_of_its_sandbox_process() {
+    let mut node = start(&["ticker"]);
+    // As a restricted namespace asks: the container's own non-root user.
+    let restricted = "    securityContext:\n      runAsUser: 1000\n      runAsGroup: 3000\n      runAsNonRoot: true\n      allowPrivilegeEscalation: false\n      capabilities:\n        drop: [ALL]\n";
+    node.write_manifest(
+        "user.yaml",
+        &manifest("user", "ticker", "Always", restricted),
+    )
+    .unwrap();
+    let pod = node.wait_pod("user", LONG, is_running).unwrap();
+    let uid = pod.metadata.uid.clone().unwrap();
+    let sandbox = *node
+        .sandbox_pids()
+        .iter()
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&uid))
+        })
+        .expect("the pod's sandbox");
+    assert_eq!(proc_status(sandbox, "Uid"), "1000\t1000\t1000\t1000");
+    assert_eq!(proc_status(sandbox, "Gid"), "3000\t3000\t3000\t3000");
+    assert_eq!(proc_status(sandbox, "CapEff"), "0000000000000000");
+    // The guest writes its log as that user.
+    poll(LONG, || {
+        let records = node.container_log(&pod, "main", 0).ok()?;
+        (records.len() >= 2).then_some(())
+    })
+    .expect("the ticker's log");
+
+    // Two containers that ask for two users cannot share one sandbox process, which
+    // then runs as neither: each is refused with the reason.
+    let mixed = format!(
+        "{}  - name: other\n    image: {}\n    imagePullPolicy: IfNotPresent\n    securityContext:\n      runAsUser: 2000\n",
+        manifest("mixed", "ticker", "Always", restricted),
+        image("ticker")
+    );
+    node.write_manifest("mixed.yaml", &mixed).unwrap();
+    let mixed = node
+        .wait_pod("mixed", LONG, |p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.name == "other"))
+                .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.message.clone())
+                .is_some_and(|m| m.contains("runAsUser 2000"))
+        })
+        .unwrap();
+    let statuses = mixed.status.unwrap().container_statuses.unwrap();
+    for (name, user) in [("main", "runAsUser 1000"), ("other", "runAsUser 2000")] {
+        let status = statuses.iter().find(|c| c.name == name).unwrap();
+        let waiting = status.state.clone().unwrap().waiting.unwrap();
+        assert_eq!(
+            waiting.reason.as_deref(),
+            Some("CreateContainerError"),
+            "{waiting:?}"
+        );
+        assert!(waiting.message.unwrap_or_default().contains(user), "{name}");
+    }
+    assert!(node.is_running());
+}

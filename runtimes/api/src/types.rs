@@ -99,12 +99,20 @@ pub struct PortMapping {
 
 /// The pod-level security settings a sandbox needs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SandboxSecurity {
     pub run_as_user: Option<i64>,
     pub run_as_group: Option<i64>,
     pub supplemental_groups: Vec<i64>,
     /// Some container of the pod is privileged.
     pub privileged: bool,
+    /// The `runAsUser` every container of the pod (init containers included) runs as,
+    /// its own or the pod's, when they all name the same one. A runtime that runs all
+    /// of a pod's containers in one process (the Wasm sandbox) runs that process as
+    /// this user; a container runtime has no use for it.
+    pub containers_run_as_user: Option<i64>,
+    /// Likewise the `runAsGroup` they all name.
+    pub containers_run_as_group: Option<i64>,
 }
 
 /// A container's security settings, pod defaults already applied.

@@ -34,12 +34,50 @@ use seccompiler::{
 };
 
 /// What [`confine`] does beyond what it always does.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Confinement {
     /// A mount namespace of the sandbox's own.
     pub mount_namespace: bool,
     /// The process is in a network namespace of the pod's own (not the node's).
     pub own_network_namespace: bool,
+    /// The user and groups to run as (the pod's `runAsUser`, `runAsGroup`,
+    /// `fsGroup` and `supplementalGroups`).
+    pub credentials: Credentials,
+}
+
+/// Whom the sandbox runs as. With nothing set it stays uid 0 (without capabilities)
+/// and keeps the node's groups.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Credentials {
+    pub uid: Option<u32>,
+    /// The primary group; with a `uid` but no `gid`, group 0, as a container runtime
+    /// runs an image whose user has no entry in its `/etc/passwd`.
+    pub gid: Option<u32>,
+    /// The supplementary groups (the node's are dropped once `uid` or `gid` is set).
+    pub groups: Vec<u32>,
+}
+
+impl Credentials {
+    fn any(&self) -> bool {
+        self.uid.is_some() || self.gid.is_some() || !self.groups.is_empty()
+    }
+
+    /// The sandbox's arguments that ask for these credentials
+    /// (`--user U --group G --groups A,B`).
+    pub fn args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(uid) = self.uid {
+            args.extend(["--user".to_owned(), uid.to_string()]);
+        }
+        if let Some(gid) = self.gid {
+            args.extend(["--group".to_owned(), gid.to_string()]);
+        }
+        if !self.groups.is_empty() {
+            let list: Vec<_> = self.groups.iter().map(u32::to_string).collect();
+            args.extend(["--groups".to_owned(), list.join(",")]);
+        }
+        args
+    }
 }
 
 /// Why the process could not be confined. The sandbox does not run unconfined: it
@@ -50,6 +88,11 @@ pub enum Error {
     MountNamespace(nix::Error),
     #[error("no_new_privs: {0}")]
     NoNewPrivs(nix::Error),
+    #[error("switching to {what}: {source}")]
+    Credentials {
+        what: &'static str,
+        source: nix::Error,
+    },
     #[error("dropping capabilities: {0}")]
     Capabilities(caps::errors::CapsError),
     #[error("building the seccomp filter: {0}")]
@@ -63,7 +106,7 @@ pub enum Error {
 /// Confines the calling process (see the module docs). Call it while the process has
 /// one thread: the namespace change needs that, and every thread started afterwards
 /// inherits the filters and the empty capability sets.
-pub fn confine(how: Confinement) -> Result<(), Error> {
+pub fn confine(how: &Confinement) -> Result<(), Error> {
     if how.mount_namespace {
         use nix::mount::{MsFlags, mount};
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).map_err(Error::MountNamespace)?;
@@ -89,13 +132,43 @@ pub fn confine(how: Confinement) -> Result<(), Error> {
         caps::CapSet::Bounding,
         caps::CapSet::Ambient,
         caps::CapSet::Inheritable,
-        caps::CapSet::Effective,
-        caps::CapSet::Permitted,
     ] {
+        caps::clear(None, set).map_err(Error::Capabilities)?;
+    }
+    // Then the user (needing CAP_SETGID and CAP_SETUID, still effective): leaving uid
+    // 0 for another clears the permitted and effective sets on its own.
+    if how.credentials.any() {
+        switch_user(&how.credentials)?;
+    }
+    for set in [caps::CapSet::Effective, caps::CapSet::Permitted] {
         caps::clear(None, set).map_err(Error::Capabilities)?;
     }
     for filter in filters(std::process::id())? {
         seccompiler::apply_filter(&filter).map_err(Error::Install)?;
+    }
+    Ok(())
+}
+
+/// Sets the supplementary groups, then the real, effective and saved group and user
+/// ids. The raw calls switch the calling thread only, which is the process's one.
+fn switch_user(to: &Credentials) -> Result<(), Error> {
+    use nix::unistd::{Gid, Uid, setgroups, setresgid, setresuid};
+    let groups: Vec<Gid> = to.groups.iter().copied().map(Gid::from_raw).collect();
+    setgroups(&groups).map_err(|source| Error::Credentials {
+        what: "supplementary groups",
+        source,
+    })?;
+    let gid = Gid::from_raw(to.gid.unwrap_or(0));
+    setresgid(gid, gid, gid).map_err(|source| Error::Credentials {
+        what: "the group",
+        source,
+    })?;
+    if let Some(uid) = to.uid {
+        let uid = Uid::from_raw(uid);
+        setresuid(uid, uid, uid).map_err(|source| Error::Credentials {
+            what: "the user",
+            source,
+        })?;
     }
     Ok(())
 }

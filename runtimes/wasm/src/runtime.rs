@@ -42,6 +42,7 @@ use wasmlet_runtime::{
 };
 
 use crate::cgroup::{self, PodCgroup};
+use crate::confine::Credentials;
 use crate::image::{ImageError, ImageStore, StoredImage};
 use crate::protocol::{
     ContainerReport, ContainerSpec, ErrorKind, ExecOutput, Exit, KILLED_EXIT_CODE, Message, Op,
@@ -699,9 +700,11 @@ impl WasmRuntime {
         let log = std::fs::File::create(dir.join("sandbox.log"))
             .map_err(|e| internal("creating the sandbox log in", e))?;
         let cmd = &self.inner.config.sandbox;
+        let credentials = sandbox_credentials(&config.security)?;
         let mut command = Command::new(&cmd.program);
         command
             .args(&cmd.args)
+            .args(credentials.args())
             .arg("--cache-dir")
             .arg(&self.inner.config.compile_cache_dir)
             .arg("--pod-uid")
@@ -1008,6 +1011,138 @@ fn new_id() -> String {
     hex::encode(h.finalize())
 }
 
+/// Whom a pod's sandbox process runs as: the `runAsUser` and `runAsGroup` all its
+/// containers share, its `fsGroup` and `supplementalGroups`. Nothing set: uid 0,
+/// without capabilities (see `crate::confine`).
+fn sandbox_credentials(security: &wasmlet_runtime::SandboxSecurity) -> Result<Credentials> {
+    let id = |what: &str, v: i64| {
+        u32::try_from(v)
+            .map_err(|_| Error::InvalidArgument(format!("{what} {v} is not a valid id")))
+    };
+    Ok(Credentials {
+        uid: security
+            .containers_run_as_user
+            .map(|v| id("runAsUser", v))
+            .transpose()?,
+        gid: security
+            .containers_run_as_group
+            .map(|v| id("runAsGroup", v))
+            .transpose()?,
+        groups: security
+            .supplemental_groups
+            .iter()
+            .map(|&v| id("supplemental group", v))
+            .collect::<Result<_>>()?,
+    })
+}
+
+/// A pod's containers are tasks of its one sandbox process, which runs as the user
+/// and group they all share ([`sandbox_credentials`]): a container that asks for
+/// another one (its own or the pod's) cannot have it.
+fn check_container_user(
+    name: &str,
+    container: &wasmlet_runtime::ContainerSecurity,
+    sandbox: &PodSandboxConfig,
+) -> Result<()> {
+    let shared = &sandbox.security;
+    for (what, asked, runs_as) in [
+        (
+            "runAsUser",
+            container.run_as_user,
+            shared.containers_run_as_user,
+        ),
+        (
+            "runAsGroup",
+            container.run_as_group,
+            shared.containers_run_as_group,
+        ),
+    ] {
+        let Some(asked) = asked else { continue };
+        if asked == runs_as.unwrap_or(0) {
+            continue;
+        }
+        let runs_as = match runs_as {
+            Some(id) => id.to_string(),
+            None => "0, as its containers name no one value".into(),
+        };
+        return Err(Error::InvalidArgument(format!(
+            "container {name} asks for {what} {asked}, but a Wasm pod's containers run in \
+             one sandbox process, which runs as {what} {runs_as}: give every container of \
+             the pod the same {what} (or set it on the pod only)"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a sandbox running as `who` can read `path` (a container's program in the
+/// image store) by the permission bits of it and every directory above it: a root
+/// directory made `0700` closes the images to a pod that runs as its own user, and
+/// the node says so rather than the guest's failed start.
+fn reachable_by(path: &std::path::Path, who: &Credentials) -> Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let Some(uid) = who.uid.filter(|&uid| uid != 0) else {
+        return Ok(());
+    };
+    let gid = who.gid.unwrap_or(0);
+    let allows = |meta: &std::fs::Metadata, bits: u32| {
+        let shift = if meta.uid() == uid {
+            6
+        } else if meta.gid() == gid || who.groups.contains(&meta.gid()) {
+            3
+        } else {
+            0
+        };
+        (meta.mode() >> shift) & bits == bits
+    };
+    let file = std::fs::metadata(path)
+        .map_err(|e| Error::internal_from(format!("reading {}", path.display()), e))?;
+    let mut closed = (!allows(&file, 0o4)).then_some(path);
+    for dir in path.ancestors().skip(1) {
+        if closed.is_some() {
+            break;
+        }
+        if let Ok(meta) = std::fs::metadata(dir)
+            && !allows(&meta, 0o1)
+        {
+            closed = Some(dir);
+        }
+    }
+    match closed {
+        None => Ok(()),
+        Some(at) => Err(Error::FailedPrecondition(format!(
+            "the pod's sandbox runs as uid {uid} (its runAsUser), which cannot reach {}: {} is closed to it; the node's root directory and image store must be readable by other users (0755, as the node makes them)",
+            path.display(),
+            at.display()
+        ))),
+    }
+}
+
+/// Makes a container's log file before its sandbox opens it, when the sandbox runs as
+/// the pod's user: the file is that user's, its directory stays the node's (so the
+/// sandbox can write the one file it is given, and a rotation's new file comes from
+/// here too). A sandbox that runs as uid 0 makes its own.
+fn prepare_log_file(path: &std::path::Path, credentials: &Credentials) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    if credentials.uid.is_none_or(|uid| uid == 0) && credentials.gid.is_none() {
+        return Ok(());
+    }
+    let internal = |what: &str, e: std::io::Error| {
+        Error::internal_from(format!("{what} {}", path.display()), e)
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| internal("creating the directory of", e))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o640)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| internal("creating the log file", e))?;
+    std::os::unix::fs::fchown(&file, credentials.uid, Some(credentials.gid.unwrap_or(0)))
+        .map_err(|e| internal("handing the log file to the pod's user:", e))
+}
+
 fn cgroup_error(e: cgroup::Error) -> Error {
     match e {
         cgroup::Error::InvalidParent { .. } => Error::InvalidArgument(e.to_string()),
@@ -1105,6 +1240,7 @@ impl Runtime for WasmRuntime {
                 cgroup::OOM_SCORE_ADJ_RANGE
             )));
         }
+        sandbox_credentials(&config.security)?;
         // Opened before anything is made: a pod cgroup that is missing leaves nothing.
         let pod_cgroup = match &config.cgroup_parent {
             Some(parent) => Some(
@@ -1243,6 +1379,7 @@ impl Runtime for WasmRuntime {
         sandbox_config: &PodSandboxConfig,
     ) -> Result<String> {
         let sandbox = self.sandbox(sandbox_id)?;
+        check_container_user(&config.metadata.name, &config.security, &sandbox.config)?;
         let entry = self
             .inner
             .images
@@ -1250,6 +1387,9 @@ impl Runtime for WasmRuntime {
             .map_err(|e| image_error(&config.image, e))?;
         let spec = self.container_spec(config, sandbox_config, &entry.image);
         let log_path = spec.log_path.clone();
+        let credentials = sandbox_credentials(&sandbox.config.security)?;
+        reachable_by(&spec.wasm_path, &credentials)?;
+        prepare_log_file(&log_path, &credentials)?;
         let id = new_id();
         let status = ContainerStatus {
             id: id.clone(),
@@ -1404,6 +1544,7 @@ impl Runtime for WasmRuntime {
             )));
         }
         let sandbox = self.sandbox(&c.sandbox_id)?;
+        prepare_log_file(&c.log_path, &sandbox_credentials(&sandbox.config.security)?)?;
         self.call(
             &sandbox,
             Op::ReopenLog {

@@ -97,6 +97,7 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
     let mut netns = None;
     let mut unshare_net = false;
     let mut mount_namespace = false;
+    let mut credentials = crate::confine::Credentials::default();
     let mut fault_injection = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -113,6 +114,25 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
             // a containerd shim does not, since containerd mounts a pod's later
             // containers' root filesystems after the sandbox has started.
             "--mount-namespace" => mount_namespace = true,
+            // Whom to run as (the pod's runAsUser, runAsGroup, fsGroup and
+            // supplementalGroups), switched to before the first guest runs.
+            "--user" | "--group" | "--groups" => {
+                let value = args.next().unwrap_or_default();
+                let id = |v: &str| v.parse::<u32>().map_err(|e| format!("{arg} {v:?}: {e}"));
+                let parsed = match arg.as_str() {
+                    "--user" => id(&value).map(|uid| credentials.uid = Some(uid)),
+                    "--group" => id(&value).map(|gid| credentials.gid = Some(gid)),
+                    _ => value
+                        .split(',')
+                        .map(id)
+                        .collect::<Result<_, _>>()
+                        .map(|groups| credentials.groups = groups),
+                };
+                if let Err(e) = parsed {
+                    eprintln!("wasmlet sandbox: {e}");
+                    return ExitCode::from(2);
+                }
+            }
             // Debug builds only: links `FAULT_INTERFACE` for the tests that show what
             // the confinement does when host code misbehaves.
             "--fault-injection" if cfg!(debug_assertions) => fault_injection = true,
@@ -145,12 +165,20 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
         eprintln!("wasmlet sandbox for pod {pod_uid}: a new network namespace: {e}");
         return ExitCode::FAILURE;
     }
+    let listeners = match Listeners::bind(socket, stream_socket) {
+        Ok(listeners) => listeners,
+        Err(e) => {
+            eprintln!("wasmlet sandbox for pod {pod_uid}: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
     // Still the only thread: every thread started below inherits the confinement.
     let confinement = crate::confine::Confinement {
         mount_namespace,
         own_network_namespace: netns.is_some() || unshare_net,
+        credentials,
     };
-    if let Err(e) = crate::confine::confine(confinement) {
+    if let Err(e) = crate::confine::confine(&confinement) {
         eprintln!("wasmlet sandbox for pod {pod_uid}: confining the process: {e}");
         return ExitCode::FAILURE;
     }
@@ -165,7 +193,7 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(serve(cache_dir, socket, stream_socket, fault_injection)) {
+    match rt.block_on(serve(cache_dir, listeners, fault_injection)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("wasmlet sandbox for pod {pod_uid}: {e:#}");
@@ -278,12 +306,68 @@ fn refuse(kind: ErrorKind, message: impl Into<String>) -> wasmtime::Error {
     })
 }
 
+/// The sandbox's sockets: the node's control connection, and its streams (attach,
+/// exec with a terminal). Bound while the process may still make files where the node
+/// asked (the sandbox's directory is the node's, closed to a pod's user), listening
+/// only once it is confined: the node, which waits until it can connect, never talks
+/// to a sandbox that is not.
+struct Listeners {
+    socket: PathBuf,
+    control: std::os::fd::OwnedFd,
+    streams: Option<(std::os::fd::OwnedFd, PathBuf)>,
+}
+
+impl Listeners {
+    fn bind(socket: PathBuf, stream_socket: Option<PathBuf>) -> wasmtime::Result<Self> {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr};
+        let bind = |path: &PathBuf| {
+            let _ = std::fs::remove_file(path);
+            let fd = nix::sys::socket::socket(
+                AddressFamily::Unix,
+                SockType::Stream,
+                SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+                None,
+            )?;
+            let addr = UnixAddr::new(path.as_path())?;
+            nix::sys::socket::bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr)
+                .with_context(|| format!("binding {}", path.display()))?;
+            wasmtime::Result::<_>::Ok(fd)
+        };
+        let control = bind(&socket)?;
+        let streams = match stream_socket {
+            Some(path) => Some((bind(&path)?, path)),
+            None => None,
+        };
+        Ok(Listeners {
+            socket,
+            control,
+            streams,
+        })
+    }
+}
+
+/// Starts listening on a bound socket.
+fn listen(
+    fd: std::os::fd::OwnedFd,
+    path: &std::path::Path,
+) -> wasmtime::Result<tokio::net::UnixListener> {
+    nix::sys::socket::listen(&fd, nix::sys::socket::Backlog::MAXCONN)
+        .with_context(|| format!("listening on {}", path.display()))?;
+    Ok(tokio::net::UnixListener::from_std(
+        std::os::unix::net::UnixListener::from(fd),
+    )?)
+}
+
 async fn serve(
     cache_dir: PathBuf,
-    socket: PathBuf,
-    stream_socket: Option<PathBuf>,
+    listeners: Listeners,
     fault_injection: bool,
 ) -> wasmtime::Result<()> {
+    let Listeners {
+        socket,
+        control,
+        streams,
+    } = listeners;
     let engine = engine::new_engine()?;
     let mut module = wasmtime::Linker::new(&engine);
     wasmtime_wasi::p1::add_to_linker_async(&mut module, |s: &mut P1State| &mut s.wasi)?;
@@ -323,21 +407,15 @@ async fn serve(
 
     // The node's side of the socket is the only one to answer; messages sent while no
     // node is connected are dropped (its next run asks for the states with `List`).
-    let _ = std::fs::remove_file(&socket);
-    let listener = tokio::net::UnixListener::bind(&socket)
-        .with_context(|| format!("listening on {}", socket.display()))?;
-    // Bound before the control socket is reachable by name would not matter: the node
-    // opens streams only for containers it created after connecting.
-    let streams = match &stream_socket {
-        Some(path) => {
-            let _ = std::fs::remove_file(path);
-            Some(
-                tokio::net::UnixListener::bind(path)
-                    .with_context(|| format!("listening on {}", path.display()))?,
-            )
+    // The stream socket first: the node connects to it only after the control socket.
+    let (stream_socket, streams) = match streams {
+        Some((fd, path)) => {
+            let l = listen(fd, &path)?;
+            (Some(path), Some(l))
         }
-        None => None,
+        None => (None, None),
     };
+    let listener = listen(control, &socket)?;
     let connection: Arc<tokio::sync::Mutex<Option<OwnedWriteHalf>>> = Arc::default();
     let (out, mut out_rx) = mpsc::unbounded_channel::<Outgoing>();
     let shutdown = CancellationToken::new();

@@ -7,7 +7,7 @@ use nix::libc;
 use wasmlet_runtime::{ContainerState, Runtime as _};
 use wasmlet_testkit::images::{WasmImage, WasmLayout, write_oci_archive};
 
-use crate::fixture::{Fixture, process_exists, wait_for_stdout_line, with_env};
+use crate::fixture::{Fixture, log_records, process_exists, wait_for_stdout_line, with_env};
 
 /// The value of `field` in `/proc/<pid>/status`.
 fn status_field(pid: u32, field: &str) -> Result<String> {
@@ -149,6 +149,121 @@ async fn a_forbidden_system_call_ends_its_sandbox_and_nothing_else() -> Result<(
         Ok((now.lines().count() > ticks).then_some(()))
     })
     .await?;
+    let status = fx.runtime.container_status(&ticker).await?;
+    assert_eq!(status.state, ContainerState::Running, "{status:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pod_with_a_run_as_user_has_its_sandbox_run_as_that_user() -> Result<()> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let fx = Fixture::with_images(&["ticker", "hello"])?;
+    let mut config = fx.pod_config("runs-as");
+    config.security = wasmlet_runtime::SandboxSecurity {
+        run_as_user: Some(1000),
+        run_as_group: Some(3000),
+        supplemental_groups: vec![2000],
+        containers_run_as_user: Some(1000),
+        containers_run_as_group: Some(3000),
+        ..Default::default()
+    };
+    let pod = fx.start_pod(config).await?;
+    let pid = fx.runtime.sandbox_pid(&pod.id).context("sandbox pid")?;
+
+    // Real, effective, saved and filesystem ids; the groups it was given, and no more.
+    assert_eq!(status_field(pid, "Uid")?, "1000\t1000\t1000\t1000");
+    assert_eq!(status_field(pid, "Gid")?, "3000\t3000\t3000\t3000");
+    assert_eq!(status_field(pid, "Groups")?, "2000");
+    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(status_field(pid, set)?, "0000000000000000", "{set}");
+    }
+    assert_eq!(status_field(pid, "Seccomp_filters")?, "3");
+
+    // The fixture's directory stands for the node's root directory. Made `0700`, the
+    // images are closed to the pod's user, and the node says so; `0755`, as the node
+    // makes it, they are open.
+    std::fs::set_permissions(fx.path(), std::fs::Permissions::from_mode(0o700))?;
+    let ticker_config = with_env(pod.container("ticker", "ticker"), &[("INTERVAL_MS", "20")]);
+    let e = fx
+        .runtime
+        .create_container(&pod.id, &ticker_config, &pod.config)
+        .await
+        .expect_err("images closed to the pod's user");
+    assert!(
+        e.to_string()
+            .contains(&format!("{} is closed to it", fx.path().display())),
+        "{e}"
+    );
+    std::fs::set_permissions(fx.path(), std::fs::Permissions::from_mode(0o755))?;
+
+    // A guest runs and logs: its log file is the pod user's, its directory the node's.
+    let ticker = fx.run(&pod, &ticker_config).await?;
+    fx.wait_for_state(&ticker, ContainerState::Running).await?;
+    let log = pod.config.log_directory.join("ticker/0.log");
+    wait_for_stdout_line(&log, "tick 2").await?;
+    let owner = |path: &std::path::Path| -> Result<(u32, u32)> {
+        let meta = std::fs::symlink_metadata(path).with_context(|| path.display().to_string())?;
+        Ok((meta.uid(), meta.gid()))
+    };
+    assert_eq!(owner(&log)?, (1000, 3000));
+    assert_eq!(owner(log.parent().unwrap())?, (0, 0));
+
+    // A rotation's new file is handed over too, and written.
+    let rotated = log.with_extension("log.1");
+    std::fs::rename(&log, &rotated)?;
+    fx.runtime.reopen_container_log(&ticker).await?;
+    let records = log_records(&log)?;
+    let next = records.len() + 3;
+    crate::fixture::poll_until("the ticker to write its new log file", async || {
+        Ok((log_records(&log)?.len() >= next).then_some(()))
+    })
+    .await?;
+    assert_eq!(owner(&log)?, (1000, 3000));
+
+    // What the guest writes is the pod user's; what only root may write it cannot.
+    let shared = fx.path().join("shared");
+    let closed = fx.path().join("closed");
+    for (dir, mode) in [(&shared, 0o777), (&closed, 0o755)] {
+        std::fs::create_dir(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+    }
+    let mut writer = with_env(
+        pod.container("writer", "hello"),
+        &[("WRITE_FILE", "/shared/made")],
+    );
+    let mut refused = with_env(
+        pod.container("refused", "hello"),
+        &[("WRITE_FILE", "/closed/made")],
+    );
+    for (config, dir, name) in [
+        (&mut writer, &shared, "/shared"),
+        (&mut refused, &closed, "/closed"),
+    ] {
+        config.mounts = vec![wasmlet_runtime::Mount {
+            container_path: name.into(),
+            host_path: dir.clone(),
+            readonly: false,
+        }];
+    }
+    let wrote = fx.run(&pod, &writer).await?;
+    assert_eq!(fx.wait_exited(&wrote).await?.exit_code, 0);
+    assert_eq!(owner(&shared.join("made"))?, (1000, 3000));
+    let not_written = fx.run(&pod, &refused).await?;
+    assert_eq!(fx.wait_exited(&not_written).await?.exit_code, 1);
+    assert!(!closed.join("made").exists());
+
+    // A container that asks for another user cannot have it in this process.
+    let mut other = pod.container("other", "hello");
+    other.security.run_as_user = Some(2000);
+    let e = fx
+        .runtime
+        .create_container(&pod.id, &other, &pod.config)
+        .await
+        .expect_err("a container of another user");
+    assert!(
+        e.to_string().contains("runAsUser 2000") && e.to_string().contains("runAsUser 1000"),
+        "{e}"
+    );
     let status = fx.runtime.container_status(&ticker).await?;
     assert_eq!(status.state, ContainerState::Running, "{status:?}");
     Ok(())
