@@ -56,15 +56,132 @@ pub fn mount_rootfs(mounts: &[Mount], target: &Path) -> anyhow::Result<()> {
 }
 
 /// Unmounts everything on `<bundle>/rootfs`, lazily: a process still inside keeps
-/// its view, the bundle is free.
+/// its view, the bundle is free. The rootfs's view in the sandbox's shared directory
+/// ([`share_rootfs`]) goes first.
 pub fn unmount_rootfs(bundle: &Path) {
-    let target = bundle.join("rootfs");
+    let record = bundle.join(SHARED_ROOTFS_FILE);
+    if let Ok(shared) = std::fs::read_to_string(&record) {
+        let shared = Path::new(shared.trim());
+        detach_all(shared);
+        let _ = std::fs::remove_dir(shared);
+        let _ = std::fs::remove_file(&record);
+    }
+    detach_all(&bundle.join("rootfs"));
+}
+
+/// Lazily unmounts what is stacked on `target` (and everything under it).
+fn detach_all(target: &Path) {
     // Stacked mounts come off one at a time.
     for _ in 0..16 {
-        if nix::mount::umount2(&target, MntFlags::MNT_DETACH).is_err() {
+        if nix::mount::umount2(target, MntFlags::MNT_DETACH).is_err() {
             break;
         }
     }
+}
+
+/// The file in a bundle naming where its rootfs is shared with the sandbox process, so
+/// that whoever unmounts the rootfs (this shim, or `delete` after it died) finds it.
+const SHARED_ROOTFS_FILE: &str = "wasmlet-rootfs-shared";
+
+/// The directory under a shim's run directory through which the root filesystems of its
+/// tasks reach its sandbox process.
+///
+/// The sandbox has a mount namespace of its own, a slave of this one, made when it
+/// started: a rootfs mounted later (the pod's next container) reaches it only through
+/// a mount with shared propagation, and a host's mounts may all be private. So this
+/// directory is made a mount point of its own, shared ([`make_shared`]) before the
+/// sandbox starts, and each task's rootfs is bound under it ([`share_rootfs`]).
+pub fn shared_dir(run_dir: &Path) -> std::path::PathBuf {
+    run_dir.join("rootfs")
+}
+
+/// Makes `dir` a mount point with shared propagation (bound onto itself if it is not a
+/// mount point yet). Done again, it changes nothing.
+pub fn make_shared(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    if !is_mount_point(dir)? {
+        nix::mount::mount(Some(dir), dir, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+            .with_context(|| format!("binding {} onto itself", dir.display()))?;
+    }
+    nix::mount::mount(
+        None::<&str>,
+        dir,
+        None::<&str>,
+        MsFlags::MS_SHARED,
+        None::<&str>,
+    )
+    .with_context(|| format!("making {} shared", dir.display()))
+}
+
+/// Binds a task's `rootfs` (with what is mounted under it) at `<shared>/<id>`, records
+/// that in the bundle, and returns the path the sandbox process reaches it by.
+pub fn share_rootfs(
+    bundle: &Path,
+    rootfs: &Path,
+    shared: &Path,
+    id: &str,
+) -> anyhow::Result<std::path::PathBuf> {
+    let target = shared.join(id);
+    std::fs::create_dir_all(&target).with_context(|| format!("creating {}", target.display()))?;
+    std::fs::write(
+        bundle.join(SHARED_ROOTFS_FILE),
+        target.as_os_str().as_encoded_bytes(),
+    )
+    .with_context(|| format!("recording the shared rootfs in {}", bundle.display()))?;
+    nix::mount::mount(
+        Some(rootfs),
+        &target,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .with_context(|| format!("binding {} on {}", rootfs.display(), target.display()))?;
+    Ok(target)
+}
+
+/// Unmounts the shared directory and all under it, lazily. Whether anything is still
+/// mounted under `dir` afterwards (then nothing under it may be removed).
+pub fn release_shared(dir: &Path) -> bool {
+    detach_all(dir);
+    mounts_under(dir).is_ok_and(|m| m.is_empty())
+}
+
+/// Whether `dir` is a mount point of this mount namespace.
+fn is_mount_point(dir: &Path) -> anyhow::Result<bool> {
+    Ok(mounts_under(dir)?.iter().any(|m| m == dir))
+}
+
+/// The mount points at or under `dir`, from `/proc/self/mountinfo` (octal escapes
+/// decoded).
+fn mounts_under(dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let text =
+        std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+    Ok(text
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|escaped| std::path::PathBuf::from(unescape(escaped)))
+        .filter(|point| point.starts_with(dir))
+        .collect())
+}
+
+/// Decodes mountinfo's `\NNN` octal escapes (space, tab, newline, backslash).
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && let Ok(v) = u8::from_str_radix(&field[i + 1..i + 4], 8)
+        {
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The flags and the filesystem data of a mount's options.
@@ -92,6 +209,13 @@ fn options(options: &[String]) -> (MsFlags, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_decoded() {
+        assert_eq!(unescape(r"/run/a\040b\011c\134d"), "/run/a b\tc\\d");
+        assert_eq!(unescape(r"/plain"), "/plain");
+        assert_eq!(unescape(r"/short\04"), r"/short\04", "not an escape");
+    }
 
     #[test]
     fn options_split_into_flags_and_data() {

@@ -98,6 +98,9 @@ impl SandboxProcess {
             .arg(&socket)
             .arg("--stream-socket")
             .arg(dir.join(STREAM_SOCKET))
+            // Later tasks' root filesystems reach it through the shim's shared
+            // directory (`crate::mount::shared_dir`).
+            .arg("--mount-namespace")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -237,7 +240,10 @@ impl SandboxProcess {
         {
             let _ = child.kill().await;
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // Never removed through a mount: that would delete inside a task's rootfs.
+        if crate::mount::release_shared(&crate::mount::shared_dir(&self.dir)) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

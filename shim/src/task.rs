@@ -286,6 +286,14 @@ impl Service {
             )?),
             None => None,
         };
+        // Before the sandbox's mount namespace is made from this one: the shared
+        // directory must be in it as a shared mount to receive later tasks' rootfs.
+        if let Err(e) = crate::mount::make_shared(&crate::mount::shared_dir(&self.run_dir)) {
+            if let Some(c) = &cgroup {
+                c.remove();
+            }
+            return Err(e);
+        }
         let process = SandboxProcess::spawn(
             sandbox::Options {
                 dir: self.run_dir.clone(),
@@ -460,7 +468,11 @@ impl Service {
         spec: &Spec,
         bundle: &Path,
     ) -> anyhow::Result<ContainerSpec> {
-        let rootfs = spec.rootfs(bundle);
+        // The sandbox process sees the rootfs where it is shared with it (see
+        // `crate::mount::shared_dir`).
+        let shared = crate::mount::shared_dir(&self.run_dir);
+        crate::mount::make_shared(&shared)?;
+        let rootfs = crate::mount::share_rootfs(bundle, &spec.rootfs(bundle), &shared, id)?;
         let env = spec.env();
         let process = spec.process();
         let module = spec::find_module(&rootfs, &process, &env)?;

@@ -110,9 +110,9 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
             // A new network namespace of its own (a container runtime's when the
             // spec asks for one without naming it).
             "--unshare-net" => unshare_net = true,
-            // A mount namespace of its own (see `crate::confine`): the node passes it;
-            // a containerd shim does not, since containerd mounts a pod's later
-            // containers' root filesystems after the sandbox has started.
+            // A mount namespace of its own (see `crate::confine`). The node and the
+            // containerd shim pass it; the shim shares the root filesystems it mounts
+            // later through a mount with shared propagation.
             "--mount-namespace" => mount_namespace = true,
             // Whom to run as (the pod's runAsUser, runAsGroup, fsGroup and
             // supplementalGroups), switched to before the first guest runs.

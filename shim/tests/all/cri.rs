@@ -270,6 +270,11 @@ async fn a_wasm_pod_of_two_containers_runs_through_cri_beside_a_runc_pod() -> Re
         cgroup.starts_with(&format!("{cgroup_parent}/")),
         "the sandbox process is in {cgroup}, not under {cgroup_parent}"
     );
+    // It has a mount namespace of its own; hello's rootfs, mounted after the sandbox
+    // started with the ticker, reached it all the same (through the shim's shared
+    // directory: this host's mounts are private).
+    let mount_ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt"));
+    assert_ne!(mount_ns(&sandboxes[0].to_string())?, mount_ns("self")?);
 
     // ExecSync and stats, as the kubelet's exec probes and the summary API use them.
     let exec = cri
@@ -339,5 +344,14 @@ async fn a_wasm_pod_of_two_containers_runs_through_cri_beside_a_runc_pod() -> Re
         .join(cgroup_parent.trim_start_matches('/'))
         .join(&sandbox);
     assert!(!leaf.exists(), "{} left behind", leaf.display());
+    // No rootfs of the pod is left mounted, where containerd put it or where the shim
+    // shared it.
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let state = h.containerd.layout().state().to_string_lossy().into_owned();
+    let left: Vec<_> = mounts
+        .lines()
+        .filter(|l| l.contains(&sandbox) || l.contains(&ticker) || l.contains(&state))
+        .collect();
+    assert!(left.is_empty(), "mounts left: {left:#?}");
     Ok(())
 }
