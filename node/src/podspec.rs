@@ -177,15 +177,34 @@ pub fn sandbox_security(spec: &PodSpec) -> SandboxSecurity {
         let first = each.next().flatten()?;
         each.all(|id| id == Some(first)).then_some(first)
     };
+    let mut user = shared(|s| s.run_as_user, sc.run_as_user);
+    let mut group = shared(|s| s.run_as_group, sc.run_as_group);
+    // A process of the whole pod has no image to take a user from: asked to run as
+    // non-root and given no user, it runs as nobody rather than root.
+    let non_root = containers().any(|c| {
+        c.security_context
+            .as_ref()
+            .and_then(|s| s.run_as_non_root)
+            .or(sc.run_as_non_root)
+            == Some(true)
+    });
+    if user.is_none() && non_root {
+        user = Some(NON_ROOT_DEFAULT_ID);
+        group = group.or(Some(NON_ROOT_DEFAULT_ID));
+    }
     SandboxSecurity {
         run_as_user: sc.run_as_user,
         run_as_group: sc.run_as_group,
         supplemental_groups: supplemental_groups(spec),
         privileged,
-        containers_run_as_user: shared(|s| s.run_as_user, sc.run_as_user),
-        containers_run_as_group: shared(|s| s.run_as_group, sc.run_as_group),
+        containers_run_as_user: user,
+        containers_run_as_group: group,
     }
 }
+
+/// The user (and group) a pod-wide process (a Wasm pod's sandbox) runs as when the pod
+/// asks for `runAsNonRoot` and names no user: `nobody`.
+pub const NON_ROOT_DEFAULT_ID: i64 = 65534;
 
 /// The pod's fsGroup, then its supplemental groups, as the kubelet passes them.
 fn supplemental_groups(spec: &PodSpec) -> Vec<i64> {
@@ -670,6 +689,15 @@ mod tests {
         assert_eq!(user(&pod(None, vec![with(Some(7)), with(None)])), None);
         assert_eq!(user(&pod(Some(8), vec![with(Some(7)), with(None)])), None);
         assert_eq!(user(&pod(None, vec![with(None), with(None)])), None);
+
+        // runAsNonRoot with no user: nobody, in nobody's group unless one is named.
+        let mut non_root = pod(None, vec![with(None), with(None)]);
+        non_root.security_context.as_mut().unwrap().run_as_non_root = Some(true);
+        let sandbox = sandbox_security(&non_root);
+        assert_eq!(sandbox.containers_run_as_user, Some(NON_ROOT_DEFAULT_ID));
+        assert_eq!(sandbox.containers_run_as_group, Some(NON_ROOT_DEFAULT_ID));
+        non_root.security_context.as_mut().unwrap().run_as_user = Some(7);
+        assert_eq!(user(&non_root), Some(7), "a named user wins");
     }
 
     #[test]

@@ -168,7 +168,12 @@ pub fn delete(flags: &Flags) -> anyhow::Result<()> {
             nix::sys::signal::Signal::SIGKILL,
         );
     }
+    // The sandbox (the whole pod's) is gone with its shim: so is what it shared.
+    let run_dir = crate::mount::recorded_run_dir(&bundle);
     crate::mount::unmount_rootfs(&bundle);
+    if let Some(run_dir) = run_dir {
+        crate::mount::release_run_dir(&run_dir);
+    }
     let now = jiff::Timestamp::now();
     let mut response = containerd_shim_protos::api::DeleteResponse::new();
     response.exit_status = 128 + 9;

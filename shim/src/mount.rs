@@ -2,7 +2,7 @@
 //! in order on `<bundle>/rootfs` (overlay from the overlayfs snapshotter, binds from
 //! the native one), and unmounted at `Delete` or by `delete` after a dead shim.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use containerd_shim_protos::api::Mount;
@@ -56,14 +56,17 @@ pub fn mount_rootfs(mounts: &[Mount], target: &Path) -> anyhow::Result<()> {
 }
 
 /// Unmounts everything on `<bundle>/rootfs`, lazily: a process still inside keeps
-/// its view, the bundle is free. The rootfs's view in the sandbox's shared directory
-/// ([`share_rootfs`]) goes first.
+/// its view, the bundle is free. The task's views in the sandbox's shared directory
+/// ([`share_task`]) go first.
 pub fn unmount_rootfs(bundle: &Path) {
-    let record = bundle.join(SHARED_ROOTFS_FILE);
-    if let Ok(shared) = std::fs::read_to_string(&record) {
-        let shared = Path::new(shared.trim());
-        detach_all(shared);
-        let _ = std::fs::remove_dir(shared);
+    let record = bundle.join(SHARED_FILE);
+    if let Ok(text) = std::fs::read_to_string(&record) {
+        let _sharing = SHARING.lock().unwrap_or_else(|e| e.into_inner());
+        for shared in text.lines().rev().filter(|l| !l.is_empty()) {
+            let shared = Path::new(shared);
+            detach_all(shared);
+            let _ = std::fs::remove_dir(shared);
+        }
         let _ = std::fs::remove_file(&record);
     }
     detach_all(&bundle.join("rootfs"));
@@ -79,25 +82,37 @@ fn detach_all(target: &Path) {
     }
 }
 
-/// The file in a bundle naming where its rootfs is shared with the sandbox process, so
-/// that whoever unmounts the rootfs (this shim, or `delete` after it died) finds it.
-const SHARED_ROOTFS_FILE: &str = "wasmlet-rootfs-shared";
+/// The file in a bundle naming, a line each, where its rootfs and volumes are shared
+/// with the sandbox process, so that whoever unmounts the rootfs (this shim, or
+/// `delete` after it died) finds them.
+const SHARED_FILE: &str = "wasmlet-shared-mounts";
 
-/// The directory under a shim's run directory through which the root filesystems of its
-/// tasks reach its sandbox process.
+/// Held while something is bound under, or removed from, a shared directory: a
+/// directory is never removed while a bind is being made under it, and two tasks never
+/// both bind it onto itself.
+static SHARING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The directory under a shim's run directory through which the root filesystems and
+/// volumes of its tasks reach its sandbox process.
 ///
 /// The sandbox has a mount namespace of its own, a slave of this one, made when it
-/// started: a rootfs mounted later (the pod's next container) reaches it only through
-/// a mount with shared propagation, and a host's mounts may all be private. So this
-/// directory is made a mount point of its own, shared ([`make_shared`]) before the
-/// sandbox starts, and each task's rootfs is bound under it ([`share_rootfs`]).
-pub fn shared_dir(run_dir: &Path) -> std::path::PathBuf {
+/// started: what is mounted later (the pod's next container's rootfs, a volume's
+/// subPath bind) reaches it only through a mount with shared propagation, and a host's
+/// mounts may all be private. So this directory is made a mount point of its own,
+/// shared ([`make_shared`]) before the sandbox starts, and each task's rootfs and
+/// bind-mounted directories are bound under it ([`share_task`]).
+pub fn shared_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("rootfs")
 }
 
 /// Makes `dir` a mount point with shared propagation (bound onto itself if it is not a
 /// mount point yet). Done again, it changes nothing.
 pub fn make_shared(dir: &Path) -> anyhow::Result<()> {
+    let _sharing = SHARING.lock().unwrap_or_else(|e| e.into_inner());
+    make_shared_locked(dir)
+}
+
+fn make_shared_locked(dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     if !is_mount_point(dir)? {
         nix::mount::mount(Some(dir), dir, None::<&str>, MsFlags::MS_BIND, None::<&str>)
@@ -113,37 +128,67 @@ pub fn make_shared(dir: &Path) -> anyhow::Result<()> {
     .with_context(|| format!("making {} shared", dir.display()))
 }
 
-/// Binds a task's `rootfs` (with what is mounted under it) at `<shared>/<id>`, records
-/// that in the bundle, and returns the path the sandbox process reaches it by.
-pub fn share_rootfs(
+/// Binds each of `sources` (a task's rootfs first, then the directories it mounts),
+/// with what is mounted under it, at `<shared>/<id>`, `<shared>/<id>-1`, …; records
+/// them in the bundle; and returns the paths the sandbox process reaches them by, in
+/// order. On error what was bound is left for [`unmount_rootfs`].
+pub fn share_task(
     bundle: &Path,
-    rootfs: &Path,
     shared: &Path,
     id: &str,
-) -> anyhow::Result<std::path::PathBuf> {
-    let target = shared.join(id);
-    std::fs::create_dir_all(&target).with_context(|| format!("creating {}", target.display()))?;
-    std::fs::write(
-        bundle.join(SHARED_ROOTFS_FILE),
-        target.as_os_str().as_encoded_bytes(),
-    )
-    .with_context(|| format!("recording the shared rootfs in {}", bundle.display()))?;
-    nix::mount::mount(
-        Some(rootfs),
-        &target,
-        None::<&str>,
-        MsFlags::MS_BIND | MsFlags::MS_REC,
-        None::<&str>,
-    )
-    .with_context(|| format!("binding {} on {}", rootfs.display(), target.display()))?;
-    Ok(target)
+    sources: &[&Path],
+) -> anyhow::Result<Vec<PathBuf>> {
+    let _sharing = SHARING.lock().unwrap_or_else(|e| e.into_inner());
+    make_shared_locked(shared)?;
+    let targets: Vec<PathBuf> = (0..sources.len())
+        .map(|i| match i {
+            0 => shared.join(id),
+            i => shared.join(format!("{id}-{i}")),
+        })
+        .collect();
+    let record: Vec<_> = targets.iter().map(|t| t.to_string_lossy()).collect();
+    std::fs::write(bundle.join(SHARED_FILE), record.join("\n"))
+        .with_context(|| format!("recording the shared mounts in {}", bundle.display()))?;
+    for (source, target) in sources.iter().zip(&targets) {
+        std::fs::create_dir_all(target)
+            .with_context(|| format!("creating {}", target.display()))?;
+        nix::mount::mount(
+            Some(*source),
+            target,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None::<&str>,
+        )
+        .with_context(|| format!("binding {} on {}", source.display(), target.display()))?;
+    }
+    Ok(targets)
 }
 
-/// Unmounts the shared directory and all under it, lazily. Whether anything is still
-/// mounted under `dir` afterwards (then nothing under it may be removed).
-pub fn release_shared(dir: &Path) -> bool {
-    detach_all(dir);
-    mounts_under(dir).is_ok_and(|m| m.is_empty())
+/// Unmounts the shared directory of `run_dir` and all under it, lazily, then removes
+/// `run_dir` — unless something is still mounted under it, which would make the
+/// removal delete inside a task's rootfs.
+pub fn release_run_dir(run_dir: &Path) {
+    let _sharing = SHARING.lock().unwrap_or_else(|e| e.into_inner());
+    detach_all(&shared_dir(run_dir));
+    match mounts_under(run_dir) {
+        Ok(left) if left.is_empty() => {
+            let _ = std::fs::remove_dir_all(run_dir);
+        }
+        Ok(left) => {
+            tracing::warn!(dir = %run_dir.display(), ?left, "not removing the run directory: mounts are left under it")
+        }
+        Err(e) => {
+            tracing::warn!(dir = %run_dir.display(), "not removing the run directory: {e:#}")
+        }
+    }
+}
+
+/// The run directory of the shim whose sandbox a bundle's task was shared with, from
+/// its record ([`share_task`]): for `delete`, after that shim died.
+pub fn recorded_run_dir(bundle: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(bundle.join(SHARED_FILE)).ok()?;
+    let first = Path::new(text.lines().next()?);
+    Some(first.parent()?.parent()?.to_owned())
 }
 
 /// Whether `dir` is a mount point of this mount namespace.
@@ -153,13 +198,13 @@ fn is_mount_point(dir: &Path) -> anyhow::Result<bool> {
 
 /// The mount points at or under `dir`, from `/proc/self/mountinfo` (octal escapes
 /// decoded).
-fn mounts_under(dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
+fn mounts_under(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let text =
         std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
     Ok(text
         .lines()
         .filter_map(|line| line.split(' ').nth(4))
-        .map(|escaped| std::path::PathBuf::from(unescape(escaped)))
+        .map(|escaped| PathBuf::from(unescape(escaped)))
         .filter(|point| point.starts_with(dir))
         .collect())
 }

@@ -240,10 +240,7 @@ impl SandboxProcess {
         {
             let _ = child.kill().await;
         }
-        // Never removed through a mount: that would delete inside a task's rootfs.
-        if crate::mount::release_shared(&crate::mount::shared_dir(&self.dir)) {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
+        crate::mount::release_run_dir(&self.dir);
     }
 }
 

@@ -292,6 +292,7 @@ impl Service {
             if let Some(c) = &cgroup {
                 c.remove();
             }
+            crate::mount::release_run_dir(&self.run_dir);
             return Err(e);
         }
         let process = SandboxProcess::spawn(
@@ -312,6 +313,7 @@ impl Service {
                 if let Some(c) = &cgroup {
                     c.remove();
                 }
+                crate::mount::release_run_dir(&self.run_dir);
                 return Err(e);
             }
         };
@@ -468,11 +470,16 @@ impl Service {
         spec: &Spec,
         bundle: &Path,
     ) -> anyhow::Result<ContainerSpec> {
-        // The sandbox process sees the rootfs where it is shared with it (see
-        // `crate::mount::shared_dir`).
+        // The sandbox process sees the rootfs and the directories the task mounts
+        // where they are shared with it (see `crate::mount::shared_dir`).
+        let mut preopens = spec.preopens(&spec.rootfs(bundle));
+        let sources: Vec<&Path> = preopens.iter().map(|p| p.host_path.as_path()).collect();
         let shared = crate::mount::shared_dir(&self.run_dir);
-        crate::mount::make_shared(&shared)?;
-        let rootfs = crate::mount::share_rootfs(bundle, &spec.rootfs(bundle), &shared, id)?;
+        let seen = crate::mount::share_task(bundle, &shared, id, &sources)?;
+        for (preopen, path) in preopens.iter_mut().zip(seen) {
+            preopen.host_path = path;
+        }
+        let rootfs = preopens[0].host_path.clone();
         let env = spec.env();
         let process = spec.process();
         let module = spec::find_module(&rootfs, &process, &env)?;
@@ -497,7 +504,7 @@ impl Service {
             kind: module.kind,
             argv: process.args.clone(),
             env,
-            preopens: spec.preopens(&rootfs),
+            preopens,
             log_path: bundle.join("wasmlet-unused.log"),
             fifos: Some(Fifos {
                 stdin: None,

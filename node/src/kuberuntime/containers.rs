@@ -24,8 +24,8 @@ impl PodSyncer {
     ) -> Result<ContainerStatus, StartError> {
         self.ensure_image(runtime, pod, c).await?;
         let caps = runtime.capabilities();
-        // runAsNonRoot needs the image's user, which only container images have: a
-        // Wasm guest has no uid (see docs/decisions.md).
+        // runAsNonRoot needs the image's user, which only container images have (see
+        // docs/decisions.md for Wasm pods).
         if caps.image_user {
             let image = c.image.clone().unwrap_or_default();
             let status = match runtime.image_status(&image).await {
@@ -45,6 +45,16 @@ impl PodSyncer {
                     waiting: Waiting::new("CreateContainerConfigError", message),
                     retry: self.retry_after_error,
                 }
+            })?;
+        } else {
+            // No image user: the pod's process runs as the shared runAsUser, or as
+            // nobody under runAsNonRoot (`podspec::sandbox_security`); only an explicit
+            // root breaks the policy.
+            let spec = pod.spec.clone().unwrap_or_default();
+            let nobody = (Some(podspec::NON_ROOT_DEFAULT_ID), "");
+            podspec::verify_run_as_non_root(&spec, c, nobody).map_err(|message| StartError {
+                waiting: Waiting::new("CreateContainerConfigError", message),
+                retry: self.retry_after_error,
             })?;
         }
         let env = self

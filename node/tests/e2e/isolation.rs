@@ -111,6 +111,22 @@ fn proc_status(pid: u32, field: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The sandbox process of `pod`: the one whose command line carries its UID.
+fn sandbox_of(
+    node: &wasmlet_testkit::node::TestNode,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> u32 {
+    let uid = pod.metadata.uid.clone().unwrap();
+    *node
+        .sandbox_pids()
+        .iter()
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&uid))
+        })
+        .expect("the pod's sandbox")
+}
+
 #[test]
 fn a_wasm_pods_run_as_user_is_the_user_of_its_sandbox_process() {
     let mut node = start(&["ticker"]);
@@ -122,15 +138,7 @@ fn a_wasm_pods_run_as_user_is_the_user_of_its_sandbox_process() {
     )
     .unwrap();
     let pod = node.wait_pod("user", LONG, is_running).unwrap();
-    let uid = pod.metadata.uid.clone().unwrap();
-    let sandbox = *node
-        .sandbox_pids()
-        .iter()
-        .find(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&uid))
-        })
-        .expect("the pod's sandbox");
+    let sandbox = sandbox_of(&node, &pod);
     assert_eq!(proc_status(sandbox, "Uid"), "1000\t1000\t1000\t1000");
     assert_eq!(proc_status(sandbox, "Gid"), "3000\t3000\t3000\t3000");
     assert_eq!(proc_status(sandbox, "CapEff"), "0000000000000000");
@@ -140,6 +148,18 @@ fn a_wasm_pods_run_as_user_is_the_user_of_its_sandbox_process() {
         (records.len() >= 2).then_some(())
     })
     .expect("the ticker's log");
+
+    // runAsNonRoot with no user: a Wasm image names none to take, so nobody, not root.
+    let non_root = "    securityContext:\n      runAsNonRoot: true\n";
+    node.write_manifest(
+        "nobody.yaml",
+        &manifest("nobody", "ticker", "Always", non_root),
+    )
+    .unwrap();
+    let nobody = node.wait_pod("nobody", LONG, is_running).unwrap();
+    let sandbox = sandbox_of(&node, &nobody);
+    assert_eq!(proc_status(sandbox, "Uid"), "65534\t65534\t65534\t65534");
+    assert_eq!(proc_status(sandbox, "Gid"), "65534\t65534\t65534\t65534");
 
     // Two containers that ask for two users cannot share one sandbox process, which
     // then runs as neither: each is refused with the reason.

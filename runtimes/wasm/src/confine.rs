@@ -47,7 +47,7 @@ pub struct Confinement {
 
 /// Whom the sandbox runs as. With nothing set it stays uid 0 (without capabilities)
 /// and keeps the node's groups.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Credentials {
     pub uid: Option<u32>,
     /// The primary group; with a `uid` but no `gid`, group 0, as a container runtime

@@ -142,6 +142,10 @@ struct SandboxHandle {
     /// Its pod network, when it has one of its own (kept after the teardown at stop,
     /// as the addresses the pod had).
     network: Option<crate::network::Record>,
+    /// Whom its process runs as; `None` for a sandbox an earlier version of the node
+    /// started, which runs as uid 0 and makes its own log files, and whose containers
+    /// are not held to one user.
+    credentials: Option<Credentials>,
 }
 
 /// What the node writes to `sandbox.json`.
@@ -151,6 +155,9 @@ struct SandboxFile {
     config: PodSandboxConfig,
     created_at: Timestamp,
     pid: Option<u32>,
+    /// Absent from the records of earlier versions (see [`SandboxHandle::credentials`]).
+    #[serde(default)]
+    credentials: Option<Credentials>,
 }
 
 /// The longest path a unix socket may have (`sun_path` less its NUL).
@@ -591,6 +598,7 @@ impl WasmRuntime {
         };
         let handle = Arc::new(SandboxHandle {
             id: record.id.clone(),
+            credentials: record.credentials,
             config: record.config,
             created_at: record.created_at,
             dir: dir.to_owned(),
@@ -771,6 +779,7 @@ impl WasmRuntime {
             config: config.clone(),
             created_at,
             pid: child.id(),
+            credentials: Some(credentials.clone()),
         };
         write_atomically(
             &dir.join("sandbox.json"),
@@ -818,6 +827,7 @@ impl WasmRuntime {
             exited: exited_rx,
             pid: child.id(),
             network: network.cloned(),
+            credentials: Some(credentials),
         });
         self.inner
             .sandboxes
@@ -1074,11 +1084,12 @@ fn check_container_user(
     Ok(())
 }
 
-/// Whether a sandbox running as `who` can read `path` (a container's program in the
-/// image store) by the permission bits of it and every directory above it: a root
-/// directory made `0700` closes the images to a pod that runs as its own user, and
-/// the node says so rather than the guest's failed start.
-fn reachable_by(path: &std::path::Path, who: &Credentials) -> Result<()> {
+/// Whether a sandbox running as `who` can reach `path` (a container's program in the
+/// image store, or a volume it mounts) by the permission bits of it and every
+/// directory above it: a root directory made `0700` closes the images to a pod that
+/// runs as its own user, and the node says so rather than the guest's failed start.
+/// A path that does not exist is left for the sandbox to report.
+fn reachable_by(path: &std::path::Path, what: &str, who: &Credentials) -> Result<()> {
     use std::os::unix::fs::MetadataExt as _;
     let Some(uid) = who.uid.filter(|&uid| uid != 0) else {
         return Ok(());
@@ -1094,25 +1105,28 @@ fn reachable_by(path: &std::path::Path, who: &Credentials) -> Result<()> {
         };
         (meta.mode() >> shift) & bits == bits
     };
-    let file = std::fs::metadata(path)
-        .map_err(|e| Error::internal_from(format!("reading {}", path.display()), e))?;
-    let mut closed = (!allows(&file, 0o4)).then_some(path);
-    for dir in path.ancestors().skip(1) {
-        if closed.is_some() {
-            break;
-        }
-        if let Ok(meta) = std::fs::metadata(dir)
-            && !allows(&meta, 0o1)
-        {
-            closed = Some(dir);
-        }
-    }
+    let Ok(leaf) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    // A file is read; a directory is entered.
+    let needs = if leaf.is_dir() { 0o1 } else { 0o4 };
+    let closed = std::iter::once((path, leaf, needs))
+        .chain(
+            path.ancestors()
+                .skip(1)
+                .filter_map(|dir| Some((dir, std::fs::metadata(dir).ok()?, 0o1))),
+        )
+        .find(|(_, meta, needs)| !allows(meta, *needs));
     match closed {
         None => Ok(()),
-        Some(at) => Err(Error::FailedPrecondition(format!(
-            "the pod's sandbox runs as uid {uid} (its runAsUser), which cannot reach {}: {} is closed to it; the node's root directory and image store must be readable by other users (0755, as the node makes them)",
+        Some((at, meta, _)) => Err(Error::FailedPrecondition(format!(
+            "the pod's sandbox runs as uid {uid} (its runAsUser), which cannot reach {what} \
+             {}: {} (mode {:o}, owner {}:{}) is closed to it",
             path.display(),
-            at.display()
+            at.display(),
+            meta.mode() & 0o7777,
+            meta.uid(),
+            meta.gid()
         ))),
     }
 }
@@ -1379,7 +1393,9 @@ impl Runtime for WasmRuntime {
         sandbox_config: &PodSandboxConfig,
     ) -> Result<String> {
         let sandbox = self.sandbox(sandbox_id)?;
-        check_container_user(&config.metadata.name, &config.security, &sandbox.config)?;
+        if sandbox.credentials.is_some() {
+            check_container_user(&config.metadata.name, &config.security, &sandbox.config)?;
+        }
         let entry = self
             .inner
             .images
@@ -1387,9 +1403,14 @@ impl Runtime for WasmRuntime {
             .map_err(|e| image_error(&config.image, e))?;
         let spec = self.container_spec(config, sandbox_config, &entry.image);
         let log_path = spec.log_path.clone();
-        let credentials = sandbox_credentials(&sandbox.config.security)?;
-        reachable_by(&spec.wasm_path, &credentials)?;
-        prepare_log_file(&log_path, &credentials)?;
+        if let Some(credentials) = &sandbox.credentials {
+            reachable_by(&spec.wasm_path, "its program", credentials)?;
+            for preopen in &spec.preopens {
+                let what = format!("the volume it mounts at {}", preopen.guest_path);
+                reachable_by(&preopen.host_path, &what, credentials)?;
+            }
+            prepare_log_file(&log_path, credentials)?;
+        }
         let id = new_id();
         let status = ContainerStatus {
             id: id.clone(),
@@ -1544,7 +1565,9 @@ impl Runtime for WasmRuntime {
             )));
         }
         let sandbox = self.sandbox(&c.sandbox_id)?;
-        prepare_log_file(&c.log_path, &sandbox_credentials(&sandbox.config.security)?)?;
+        if let Some(credentials) = &sandbox.credentials {
+            prepare_log_file(&c.log_path, credentials)?;
+        }
         self.call(
             &sandbox,
             Op::ReopenLog {

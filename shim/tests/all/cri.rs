@@ -11,7 +11,7 @@ use wasmlet_proto::cri::v1::runtime_service_client::RuntimeServiceClient;
 use wasmlet_proto::cri::v1::{
     ContainerConfig, ContainerMetadata, ContainerState, ContainerStatsRequest, ContainerStatus,
     ContainerStatusRequest, CreateContainerRequest, ExecSyncRequest, ImageSpec, KeyValue,
-    LinuxContainerConfig, LinuxContainerResources, LinuxPodSandboxConfig, PodSandboxConfig,
+    LinuxContainerConfig, LinuxContainerResources, LinuxPodSandboxConfig, Mount, PodSandboxConfig,
     PodSandboxMetadata, RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
     StartContainerRequest, StopContainerRequest, StopPodSandboxRequest,
 };
@@ -162,6 +162,15 @@ impl Drop for PodsCgroup {
 }
 
 /// The memory cgroup a process is in.
+/// Lazily unmounts a test's mount when dropped.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
 fn memory_cgroup(pid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
         .ok()?
@@ -200,18 +209,32 @@ async fn a_wasm_pod_of_two_containers_runs_through_cri_beside_a_runc_pod() -> Re
         ..Default::default()
     });
     let ticker = start(&mut cri, &sandbox, &wasm_pod, ticker_config).await?;
-    let hello = start(
-        &mut cri,
-        &sandbox,
-        &wasm_pod,
-        container(
-            "hello",
-            &h.image("hello"),
-            &["from-cri"],
-            &[("GREETING", "hi")],
-        ),
-    )
-    .await?;
+    // A volume mounted after the pod's sandbox process started (as the kubelet binds
+    // a container's subPath just before creating it): hello reads a file from it.
+    let late = dir.join("late-volume");
+    std::fs::create_dir_all(&late)?;
+    nix::mount::mount(
+        Some("tmpfs"),
+        &late,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=1m"),
+    )?;
+    let _late = Unmount(late.clone());
+    std::fs::write(late.join("note"), "mounted late")?;
+    let mut hello_config = container(
+        "hello",
+        &h.image("hello"),
+        &["from-cri"],
+        &[("GREETING", "hi"), ("READ_FILE", "/late/note")],
+    );
+    hello_config.mounts = vec![Mount {
+        container_path: "/late".into(),
+        host_path: late.to_string_lossy().into_owned(),
+        readonly: true,
+        ..Default::default()
+    }];
+    let hello = start(&mut cri, &sandbox, &wasm_pod, hello_config).await?;
 
     // The runc pod beside it, in the same containerd.
     let runc_logs = dir.join("logs-runc");
@@ -233,6 +256,10 @@ async fn a_wasm_pod_of_two_containers_runs_through_cri_beside_a_runc_pod() -> Re
     assert!(log.contains(" stdout F arg[1]=from-cri"), "{log}");
     assert!(log.contains(" stdout F env GREETING=hi"), "{log}");
     assert!(log.contains(" stderr F hello on stderr"), "{log}");
+    assert!(
+        log.contains(" stdout F read /late/note: mounted late"),
+        "{log}"
+    );
     wait_log(&logs.join("ticker.log"), "stdout F tick 3").await?;
     wait_state(&mut cri, &sleeper, ContainerState::ContainerRunning).await?;
 

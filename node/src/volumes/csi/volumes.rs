@@ -410,7 +410,11 @@ impl CsiVolumes {
         }
 
         if !is_mounted(&target) {
-            create_dir(&dir, 0o750).map_err(|e| fail("MountVolume.SetUp", e))?;
+            // 0755 where the kubelet makes 0750: a Wasm pod's sandbox that runs as
+            // the pod's user opens the volume by this path (a container is handed a
+            // bind mount), and nothing here is secret (`vol_data.json` names the
+            // volume and its driver).
+            create_dir(&dir, 0o755).map_err(|e| fail("MountVolume.SetUp", e))?;
             write_vol_data(
                 &dir.join("vol_data.json"),
                 &[

@@ -124,3 +124,32 @@ async fn an_unreachable_sandbox_is_stopped_rather_than_run_twice() -> Result<()>
     assert!(!process_exists(pid), "the sandbox process {pid} is gone");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_sandbox_recorded_before_pods_ran_as_their_user_is_adopted_as_it_runs() -> Result<()> {
+    let fx = Fixture::with_images(&["ticker"])?;
+    let pod = fx.pod("earlier").await?;
+    // The record an earlier node wrote: no credentials.
+    let record = fx
+        .path()
+        .join("sandboxes")
+        .join(&pod.id[..16])
+        .join("sandbox.json");
+    let mut json: serde_json::Value = serde_json::from_slice(&std::fs::read(&record)?)?;
+    json.as_object_mut().unwrap().remove("credentials");
+    std::fs::write(&record, serde_json::to_vec(&json)?)?;
+
+    let next = fx.reopen()?;
+    assert_eq!(next.restore().await, 1);
+    // Its process runs as uid 0, as that node started it; a container with a user of
+    // its own is created in it as that node would have (not refused for a user the
+    // process never switched to).
+    let mut config = with_env(pod.container("ticker", "ticker"), &[("INTERVAL_MS", "20")]);
+    config.security.run_as_user = Some(2000);
+    let ticker = next.create_container(&pod.id, &config, &pod.config).await?;
+    next.start_container(&ticker).await?;
+    let status = next.container_status(&ticker).await?;
+    assert_eq!(status.state, ContainerState::Running, "{status:#?}");
+    next.remove_pod_sandbox(&pod.id).await?;
+    Ok(())
+}

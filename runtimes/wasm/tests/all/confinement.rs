@@ -190,8 +190,10 @@ async fn a_pod_with_a_run_as_user_has_its_sandbox_run_as_that_user() -> Result<(
         .await
         .expect_err("images closed to the pod's user");
     assert!(
-        e.to_string()
-            .contains(&format!("{} is closed to it", fx.path().display())),
+        e.to_string().contains(&format!(
+            "{} (mode 700, owner 0:0) is closed to it",
+            fx.path().display()
+        )),
         "{e}"
     );
     std::fs::set_permissions(fx.path(), std::fs::Permissions::from_mode(0o755))?;
