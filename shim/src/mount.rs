@@ -196,37 +196,11 @@ fn is_mount_point(dir: &Path) -> anyhow::Result<bool> {
     Ok(mounts_under(dir)?.iter().any(|m| m == dir))
 }
 
-/// The mount points at or under `dir`, from `/proc/self/mountinfo` (octal escapes
-/// decoded).
+/// The mount points at or under `dir`.
 fn mounts_under(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let text =
-        std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
-    Ok(text
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|escaped| PathBuf::from(unescape(escaped)))
-        .filter(|point| point.starts_with(dir))
-        .collect())
-}
-
-/// Decodes mountinfo's `\NNN` octal escapes (space, tab, newline, backslash).
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && let Ok(v) = u8::from_str_radix(&field[i + 1..i + 4], 8)
-        {
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    let points =
+        wasmlet_runtime_wasm::mountinfo::mount_points().context("reading /proc/self/mountinfo")?;
+    Ok(points.into_iter().filter(|p| p.starts_with(dir)).collect())
 }
 
 /// The flags and the filesystem data of a mount's options.
@@ -254,13 +228,6 @@ fn options(options: &[String]) -> (MsFlags, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mountinfo_escapes_are_decoded() {
-        assert_eq!(unescape(r"/run/a\040b\011c\134d"), "/run/a b\tc\\d");
-        assert_eq!(unescape(r"/plain"), "/plain");
-        assert_eq!(unescape(r"/short\04"), r"/short\04", "not an escape");
-    }
 
     #[test]
     fn options_split_into_flags_and_data() {

@@ -269,35 +269,9 @@ fn host_path(path: &Path, kind: &str) -> Result<HostVolume, String> {
 }
 
 /// Every mount point of this mount namespace (`/proc/self/mountinfo`, octal escapes
-/// undone).
+/// undone); none when the table cannot be read.
 pub fn mount_points() -> Vec<PathBuf> {
-    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return Vec::new();
-    };
-    table
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(|p| PathBuf::from(unescape_mount_path(p)))
-        .collect()
-}
-
-fn unescape_mount_path(p: &str) -> String {
-    let b = p.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    wasmlet_runtime_wasm::mountinfo::mount_points().unwrap_or_default()
 }
 
 /// Removes a pod's directory unless something is still mounted under it (a volume

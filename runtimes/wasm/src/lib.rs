@@ -14,6 +14,7 @@ pub mod confine;
 pub mod crilog;
 pub mod engine;
 pub mod image;
+pub mod mountinfo;
 pub mod network;
 mod precompiled;
 pub mod protocol;
