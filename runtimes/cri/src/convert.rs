@@ -787,6 +787,10 @@ mod tests {
                 run_as_group: Some(3000),
                 supplemental_groups: vec![2000, 4000],
                 privileged: true,
+                // A pod-wide process's user: nothing of CRI's (the pause container
+                // runs as the pod's own runAsUser above).
+                containers_run_as_user: Some(1000),
+                containers_run_as_group: Some(3000),
             },
         }
     }
