@@ -53,8 +53,11 @@ echo "--- the README's standalone node, 15 s"
 cgroup_root="/wasmlet-ci-run-$$"
 # The binary the e2e tests just ran (a build of the node alone unifies features
 # differently and would compile most of the tree again).
-WASMLET_BIN=target/debug/wasmlet WASMLET_RUN_SECONDS=15 WASMLET_DEMO_DIR="$(mktemp -d /tmp/wasmlet-ci-run.XXXX)" \
+demo_dir="$(mktemp -d /tmp/wasmlet-ci-run.XXXX)"
+WASMLET_BIN=target/debug/wasmlet WASMLET_RUN_SECONDS=15 WASMLET_DEMO_DIR="$demo_dir" \
   WASMLET_PORT=18255 WASMLET_CGROUP_ROOT="$cgroup_root" scripts/run.sh | tee target/run.log
+# Its state directory goes too (the node has stopped; nothing is mounted there).
+if ! grep -q " $demo_dir" /proc/self/mountinfo; then rm -rf "$demo_dir"; fi
 # The node removed its pods' cgroups when it stopped; the empty hierarchy goes too.
 for hierarchy in /sys/fs/cgroup/*/; do
   if [ -d "$hierarchy${cgroup_root#/}" ]; then
