@@ -430,7 +430,10 @@ impl TestNode {
             .with_context(|| format!("starting {}", self.binary.display()))?;
         self.child = Some(child);
         let port = self.healthz_port;
-        let healthy = poll(Duration::from_secs(30), || {
+        // The node is healthy once its configured plugins are compiled: a JavaScript
+        // plugin (a whole JS engine) took over 30 s in a debug build on a loaded CI
+        // machine. The poll ends as soon as it answers.
+        let healthy = poll(Duration::from_secs(120), || {
             if !self.is_running() {
                 return Some(false);
             }
