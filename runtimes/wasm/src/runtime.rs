@@ -696,6 +696,7 @@ impl WasmRuntime {
         id: &str,
         dir: &std::path::Path,
         config: &PodSandboxConfig,
+        credentials: Credentials,
         pod_cgroup: Option<PodCgroup>,
         network: Option<&crate::network::Record>,
     ) -> Result<()> {
@@ -708,7 +709,6 @@ impl WasmRuntime {
         let log = std::fs::File::create(dir.join("sandbox.log"))
             .map_err(|e| internal("creating the sandbox log in", e))?;
         let cmd = &self.inner.config.sandbox;
-        let credentials = sandbox_credentials(&config.security)?;
         let mut command = Command::new(&cmd.program);
         command
             .args(&cmd.args)
@@ -1254,7 +1254,7 @@ impl Runtime for WasmRuntime {
                 cgroup::OOM_SCORE_ADJ_RANGE
             )));
         }
-        sandbox_credentials(&config.security)?;
+        let credentials = sandbox_credentials(&config.security)?;
         // Opened before anything is made: a pod cgroup that is missing leaves nothing.
         let pod_cgroup = match &config.cgroup_parent {
             Some(parent) => Some(
@@ -1287,7 +1287,14 @@ impl Runtime for WasmRuntime {
             _ => None,
         };
         match self
-            .start_sandbox_process(&id, &dir, config, pod_cgroup, attached.as_ref())
+            .start_sandbox_process(
+                &id,
+                &dir,
+                config,
+                credentials,
+                pod_cgroup,
+                attached.as_ref(),
+            )
             .await
         {
             Ok(()) => Ok(id),
