@@ -72,8 +72,22 @@ enum Bench {
         #[arg(long)]
         debug: bool,
     },
-    /// One plugin call (instantiate, call, drop) against the same work done
-    /// natively: p50/p99 of the http-json-probe and priority-eviction examples.
+    /// One Wasm pod at a time, module cached: manifest -> Running as the node
+    /// times it and as seen from outside, beside fork+exec of /bin/true.
+    WasmSingle {
+        /// Pods started one after another.
+        #[arg(long, default_value_t = 50)]
+        pods: usize,
+        /// Build and run the debug binary instead of the release one.
+        #[arg(long)]
+        debug: bool,
+        /// Also print the figures as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One plugin call against the same work done natively: p50/p99 of the
+    /// http-json-probe and priority-eviction examples, each call on a fresh
+    /// instance (before) and on an instance made ahead of it (after).
     PluginCall {
         /// Measured calls per case.
         #[arg(long, default_value_t = 2000)]
@@ -81,6 +95,9 @@ enum Bench {
         /// Build and run in debug instead of release.
         #[arg(long)]
         debug: bool,
+        /// Also print the figures as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// An idle node's own CPU and RSS with each pod source (none, a manifest
     /// directory empty and with a pod, a manifest URL, the API server).
@@ -151,8 +168,11 @@ fn main() -> anyhow::Result<()> {
             debug,
         ),
         Task::Bench {
-            bench: Bench::PluginCall { calls, debug },
-        } => bench::plugin_call(calls, debug),
+            bench: Bench::PluginCall { calls, debug, json },
+        } => bench::plugin_call(calls, debug, json),
+        Task::Bench {
+            bench: Bench::WasmSingle { pods, debug, json },
+        } => bench::wasm_single(pods, debug, json),
         Task::Bench {
             bench: Bench::Idle { seconds, debug },
         } => bench::idle(seconds, debug),

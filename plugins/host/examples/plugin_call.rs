@@ -22,26 +22,19 @@ use wasmlet_plugin_host::{
 
 const BODY: &str = r#"{"status": "ok", "checks": {"db": "up"}}"#;
 
+/// Between two measured calls: probes come seconds apart and admission once per
+/// pod, so a call normally finds the instance made after the previous one ready.
+const GAP: Duration = Duration::from_millis(1);
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let (json, args): (Vec<_>, Vec<_>) = args.into_iter().partition(|a| a == "--json");
+    let json = !json.is_empty();
     let [calls, probe, eviction] = &args[..] else {
-        anyhow::bail!("usage: plugin_call CALLS PROBE_COMPONENT EVICTION_COMPONENT");
+        anyhow::bail!("usage: plugin_call [--json] CALLS PROBE_COMPONENT EVICTION_COMPONENT");
     };
     let calls: usize = calls.parse().context("CALLS")?;
-    let host = PluginHost::new(HostOptions::default())?;
-    let config = |name: &str, world, path: &str| PluginConfig {
-        name: name.into(),
-        world,
-        source: PluginSource::File(path.into()),
-        limits: Limits::default(),
-        grants: Default::default(),
-        settings: [("field".to_string(), "status".to_string())].into(),
-        failure_policy: None,
-    };
-    host.load(config("probe", World::Probe, probe)).await?;
-    host.load(config("eviction", World::Eviction, eviction))
-        .await?;
     let port = serve().await?;
     let request = ProbeRequest {
         pod: pod("p", 0),
@@ -62,34 +55,123 @@ async fn main() -> anyhow::Result<()> {
         })
         .collect();
 
-    println!("{calls} calls each, after {} warm-up calls", calls / 10);
-    let plugin_probe = measure(calls, || async {
-        let r = host.try_probe("probe", request.clone()).await.unwrap();
-        assert_eq!(r, ProbeResult::Success);
-    })
-    .await;
-    report("http-json-probe plugin", &plugin_probe);
-    let native_probe = measure(calls, || async {
+    println!(
+        "{calls} calls per case after {} warm-up calls, {GAP:?} between calls unless back to back",
+        calls / 10
+    );
+    let mut rows = Vec::new();
+    // Before (every call instantiates its own) and after (an instance made ahead).
+    for (mode, warm_instances) in [
+        ("fresh instance per call", false),
+        ("instance made ahead", true),
+    ] {
+        let host = PluginHost::new(HostOptions {
+            warm_instances,
+            ..HostOptions::default()
+        })?;
+        host.load(config("probe", World::Probe, probe)).await?;
+        host.load(config("eviction", World::Eviction, eviction))
+            .await?;
+        let probe_calls = measure(calls, GAP, || async {
+            let r = host.try_probe("probe", request.clone()).await.unwrap();
+            assert_eq!(r, ProbeResult::Success);
+        })
+        .await;
+        rows.push(row(mode, "http-json-probe plugin", &probe_calls));
+        let rank = measure(calls, GAP, || async {
+            host.try_rank("eviction", "memory.available", &candidates)
+                .await
+                .unwrap();
+        })
+        .await;
+        rows.push(row(mode, "priority-eviction plugin, 20 pods", &rank));
+        let empty = measure(calls, GAP, || async {
+            host.try_rank("eviction", "memory.available", &[])
+                .await
+                .unwrap();
+        })
+        .await;
+        rows.push(row(
+            mode,
+            "priority-eviction plugin, 0 pods (host overhead)",
+            &empty,
+        ));
+        let back_to_back = measure(calls, Duration::ZERO, || async {
+            host.try_rank("eviction", "memory.available", &[])
+                .await
+                .unwrap();
+        })
+        .await;
+        rows.push(row(mode, "the same, back to back", &back_to_back));
+        let prepared: u64 = host
+            .plugins()
+            .iter()
+            .map(|p| p.metrics.prepared_calls)
+            .sum();
+        let all: u64 = host.plugins().iter().map(|p| p.metrics.calls).sum();
+        println!("{mode}: {prepared} of {all} calls ran on an instance made ahead");
+    }
+    let native_probe = measure(calls, GAP, || async {
         native_http_json_check(port).await.unwrap();
     })
     .await;
-    report("the same GET + JSON check, native", &native_probe);
-    let plugin_rank = measure(calls, || async {
-        host.try_rank("eviction", "memory.available", &candidates)
-            .await
-            .unwrap();
-    })
-    .await;
-    report("priority-eviction plugin (20 pods)", &plugin_rank);
-    let native_rank = measure(calls, || async {
+    rows.push(row(
+        "native",
+        "the same GET + JSON check in Rust",
+        &native_probe,
+    ));
+    let native_rank = measure(calls, GAP, || async {
         std::hint::black_box(builtin_rank(std::hint::black_box(&candidates)));
     })
     .await;
-    report("builtin_rank, native (20 pods)", &native_rank);
+    rows.push(row("native", "builtin_rank in Rust, 20 pods", &native_rank));
+
+    println!("{:<24} {:<50} {:>10} {:>10}", "mode", "case", "p50", "p99");
+    for r in &rows {
+        println!(
+            "{:<24} {:<50} {:>8.1}µs {:>8.1}µs",
+            r.mode, r.case, r.p50_us, r.p99_us
+        );
+    }
+    if json {
+        println!("{}", serde_json::to_string(&rows)?);
+    }
     Ok(())
 }
 
-async fn measure<F, Fut>(calls: usize, f: F) -> Vec<Duration>
+fn config(name: &str, world: World, path: &str) -> PluginConfig {
+    PluginConfig {
+        name: name.into(),
+        world,
+        source: PluginSource::File(path.into()),
+        limits: Limits::default(),
+        grants: Default::default(),
+        settings: [("field".to_string(), "status".to_string())].into(),
+        failure_policy: None,
+    }
+}
+
+#[derive(serde::Serialize)]
+struct Row {
+    mode: &'static str,
+    case: &'static str,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+fn row(mode: &'static str, case: &'static str, times: &[Duration]) -> Row {
+    let p = |q: usize| times[(times.len() * q / 100).min(times.len() - 1)].as_secs_f64() * 1e6;
+    Row {
+        mode,
+        case,
+        p50_us: p(50),
+        p99_us: p(99),
+    }
+}
+
+/// `calls` timed calls of `f` after a tenth as many untimed ones, `gap` apart;
+/// sorted.
+async fn measure<F, Fut>(calls: usize, gap: Duration, f: F) -> Vec<Duration>
 where
     F: Fn() -> Fut,
     Fut: Future<Output = ()>,
@@ -99,17 +181,15 @@ where
     }
     let mut times = Vec::with_capacity(calls);
     for _ in 0..calls {
+        if !gap.is_zero() {
+            tokio::time::sleep(gap).await;
+        }
         let started = Instant::now();
         f().await;
         times.push(started.elapsed());
     }
     times.sort();
     times
-}
-
-fn report(what: &str, times: &[Duration]) {
-    let p = |q: usize| times[(times.len() * q / 100).min(times.len() - 1)];
-    println!("{what:<40} p50 {:>10.1?}  p99 {:>10.1?}", p(50), p(99));
 }
 
 fn pod(name: &str, priority: i32) -> PodInfo {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 use wasmtime::{Engine, Store, UpdateDeadline};
@@ -76,6 +76,11 @@ pub struct HostOptions {
     pub backoff: BackoffPolicy,
     /// Told about disables, enables and reloads [default: they are only logged].
     pub events: Option<EventSink>,
+    /// Keep one instance of each plugin made ahead of its next call, so that the
+    /// call does not wait for the instantiation (each call still gets an instance
+    /// of its own, used once). Such instances take at most a quarter of
+    /// `max_instances` [default: true].
+    pub warm_instances: bool,
 }
 
 impl Default for HostOptions {
@@ -86,6 +91,7 @@ impl Default for HostOptions {
             epoch_tick: Duration::from_millis(2),
             backoff: BackoffPolicy::default(),
             events: None,
+            warm_instances: true,
         }
     }
 }
@@ -98,6 +104,7 @@ impl std::fmt::Debug for HostOptions {
             .field("epoch_tick", &self.epoch_tick)
             .field("backoff", &self.backoff)
             .field("events", &self.events.is_some())
+            .field("warm_instances", &self.warm_instances)
             .finish()
     }
 }
@@ -130,7 +137,11 @@ struct Inner {
     engine: Engine,
     linkers: Linkers,
     plugins: RwLock<BTreeMap<String, Arc<Entry>>>,
-    slots: Semaphore,
+    /// One permit per instance alive, in a call or made ahead of one.
+    slots: Arc<Semaphore>,
+    /// One permit per instance made ahead of a call (a quarter of the slots, none
+    /// when `warm_instances` is off).
+    warm_slots: Arc<Semaphore>,
     backoff: BackoffPolicy,
     max_memory_bytes: u64,
     epoch_tick: Duration,
@@ -150,7 +161,7 @@ struct Linkers {
 /// One loaded plugin.
 struct Entry {
     name: Arc<str>,
-    config: PluginConfig,
+    config: Arc<PluginConfig>,
     settings: Arc<Vec<Pair>>,
     current: RwLock<Arc<Loaded>>,
     state: Mutex<EntryState>,
@@ -171,6 +182,34 @@ struct EntryState {
 struct Loaded {
     pre: Pre,
     digest: u64,
+    /// The instance of this version made ahead of its next call.
+    warm: Mutex<Warm>,
+}
+
+/// A version's instance made ahead of a call.
+#[derive(Default)]
+enum Warm {
+    #[default]
+    None,
+    /// Being instantiated.
+    Filling,
+    Ready(Box<Prepared>),
+}
+
+/// An instance in a store of its own, with the pool slot it occupies.
+struct Prepared {
+    store: Store<CallState>,
+    exports: Exports,
+    slot: OwnedSemaphorePermit,
+    _warm_slot: OwnedSemaphorePermit,
+}
+
+/// One instance's exports, of whichever world.
+enum Exports {
+    Probe(ProbePlugin),
+    Admission(AdmissionPlugin),
+    Eviction(EvictionPlugin),
+    DeviceAdapter(DeviceAdapterPlugin),
 }
 
 enum Pre {
@@ -200,6 +239,8 @@ trait PluginWorld: Sized {
         pre: &Self::Pre,
         store: &mut Store<CallState>,
     ) -> impl Future<Output = wasmtime::Result<Self>> + Send;
+    /// The world's exports in `exports`; `None` if they are of another world.
+    fn from_exports(exports: Exports) -> Option<Self>;
 }
 
 /// Implements [`PluginWorld`] for each world's bindings `$module::$bindings`: the
@@ -236,6 +277,13 @@ macro_rules! plugin_worlds {
             ) -> impl Future<Output = wasmtime::Result<Self>> + Send {
                 pre.instantiate_async(store)
             }
+
+            fn from_exports(exports: Exports) -> Option<Self> {
+                match exports {
+                    Exports::$world(e) => Some(e),
+                    _ => None,
+                }
+            }
         }
     )*};
 }
@@ -269,6 +317,11 @@ impl PluginHost {
     /// when the last clone of the host is dropped).
     pub fn new(options: HostOptions) -> Result<Self> {
         let engine = engine::engine(options.max_instances, options.max_memory_bytes)?;
+        let warm_slots = if options.warm_instances {
+            options.max_instances as usize / 4
+        } else {
+            0
+        };
         let linkers = Linkers::new(&engine)?;
         let ticker = EpochTicker::start(engine.clone(), options.epoch_tick)?;
         Ok(PluginHost {
@@ -276,7 +329,8 @@ impl PluginHost {
                 engine,
                 linkers,
                 plugins: RwLock::new(BTreeMap::new()),
-                slots: Semaphore::new(options.max_instances as usize),
+                slots: Arc::new(Semaphore::new(options.max_instances as usize)),
+                warm_slots: Arc::new(Semaphore::new(warm_slots)),
                 backoff: options.backoff,
                 max_memory_bytes: options.max_memory_bytes,
                 epoch_tick: options.epoch_tick,
@@ -332,7 +386,7 @@ impl PluginHost {
             settings,
             current: RwLock::new(loaded.clone()),
             state: Mutex::new(EntryState::default()),
-            config,
+            config: Arc::new(config),
         };
         partial.lock().resource_name = self.init(&partial, loaded).await?;
         let name = partial.config.name.clone();
@@ -341,7 +395,9 @@ impl PluginHost {
             if plugins.contains_key(&name) {
                 return Err(Error::AlreadyLoaded(name));
             }
-            plugins.insert(name.clone(), Arc::new(partial));
+            let entry = Arc::new(partial);
+            self.prepare(&entry, entry.loaded(), None);
+            plugins.insert(name.clone(), entry);
         }
         self.inner.changed.notify_one();
         tracing::info!(plugin = %name, "plugin loaded");
@@ -401,7 +457,8 @@ impl PluginHost {
         }
         let loaded = Arc::new(self.compile(&entry.config, bytes).await?);
         let resource_name = self.init(entry, loaded.clone()).await?;
-        *entry.current.write().unwrap_or_else(|e| e.into_inner()) = loaded;
+        *entry.current.write().unwrap_or_else(|e| e.into_inner()) = loaded.clone();
+        self.prepare(entry, loaded, None);
         let mut state = entry.lock();
         state.reloads += 1;
         state.resource_name = resource_name;
@@ -468,7 +525,11 @@ impl PluginHost {
                 pre_link::<DeviceAdapterPlugin>(linkers, &component, link_err, &wrong)
             }
         }?;
-        Ok(Loaded { pre, digest })
+        Ok(Loaded {
+            pre,
+            digest,
+            warm: Mutex::default(),
+        })
     }
 
     /// What a new version is asked once, before it is used: a device adapter's
@@ -886,9 +947,10 @@ impl PluginHost {
         self.finish(entry, result, validate)
     }
 
-    /// Instantiates `loaded`, a version of the `W` plugin `entry`, in a fresh store
-    /// under the call's limits and calls `f` with its exports; turns what went wrong
-    /// into a [`CallError`].
+    /// Runs one call of `loaded`, a version of the `W` plugin `entry`, on an
+    /// instance of its own under the call's limits: the one made ahead of it if
+    /// there is one, else a fresh one. Calls `f` with its exports, turns what went
+    /// wrong into a [`CallError`], and has the next instance made.
     async fn run<W: PluginWorld, R>(
         &self,
         entry: &Entry,
@@ -899,40 +961,52 @@ impl PluginHost {
     ) -> Result<R, CallError> {
         let started = Instant::now();
         let deadline = started + timeout;
-        let _slot = tokio::time::timeout_at(deadline, self.inner.slots.acquire())
-            .await
-            .map_err(|_| CallError::Busy(timeout))?
-            .map_err(|_| CallError::Instantiate("the host is shutting down".into()))?;
+        let prepared = loaded.take_prepared::<W>();
+        let was_prepared = prepared.is_some();
+        let slot = match &prepared {
+            Some(_) => None,
+            None => Some(
+                tokio::time::timeout_at(deadline, self.inner.slots.clone().acquire_owned())
+                    .await
+                    .map_err(|_| CallError::Busy(timeout))?
+                    .map_err(|_| CallError::Instantiate("the host is shutting down".into()))?,
+            ),
+        };
         // The pod's network answers before the call's deadline, so a pod that hangs
         // is the plugin's answer to give (a failed check), not the plugin's timeout.
         let network_deadline = deadline - (deadline - Instant::now()) / 5;
         let network = pod_ips.map(|ips| PodNetwork::new(&ips, network_deadline));
-        let state = CallState::new(
-            entry.name.clone(),
-            &entry.config,
-            entry.settings.clone(),
-            network,
-        )
-        .map_err(CallError::Instantiate)?;
-        let mut store = Store::new(&self.inner.engine, state);
-        store.limiter(|s| &mut s.limiter);
-        // Trap at the deadline; until then, yield to the runtime every tick so a
-        // busy plugin does not hold a worker thread.
-        let wall_deadline = deadline.into_std();
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            if std::time::Instant::now() >= wall_deadline {
-                Err(DeadlineExceeded.into())
-            } else {
-                Ok(UpdateDeadline::Yield(1))
+        let (mut store, exports, slot) = match prepared {
+            Some((mut store, exports, slot)) => {
+                store.data_mut().set_pod_network(network);
+                (store, Some(exports), slot)
             }
-        });
+            None => {
+                let state = CallState::new(
+                    entry.name.clone(),
+                    &entry.config,
+                    entry.settings.clone(),
+                    network,
+                )
+                .map_err(CallError::Instantiate)?;
+                let mut store = Store::new(&self.inner.engine, state);
+                store.limiter(|s| &mut s.limiter);
+                (store, None, slot.expect("a slot was acquired"))
+            }
+        };
+        set_deadline(&mut store, deadline);
+        let version = loaded.clone();
         let call = async move {
             let result = async {
-                let pre = W::pre(&loaded.pre)?;
-                let exports = W::instantiate(pre, &mut store)
-                    .await
-                    .map_err(instantiating)?;
+                let exports = match exports {
+                    Some(exports) => exports,
+                    None => {
+                        let pre = W::pre(&version.pre)?;
+                        W::instantiate(pre, &mut store)
+                            .await
+                            .map_err(instantiating)?
+                    }
+                };
                 f(&exports, &mut store).await
             }
             .await;
@@ -942,16 +1016,91 @@ impl PluginHost {
             tokio::time::timeout_at(deadline + DEADLINE_GRACE + self.inner.epoch_tick, call).await;
         let took = started.elapsed();
         let cap = entry.config.limits.memory_bytes;
-        let result = match outcome {
-            Err(_) => Err(CallError::Timeout(timeout)),
+        let (used, result) = match outcome {
+            Err(_) => (None, Err(CallError::Timeout(timeout))),
             Ok((store, result)) => {
                 store.data().flush_stdio();
                 let exceeded = store.data().limiter.exceeded;
-                result.map_err(|e| classify(e, exceeded, timeout, cap))
+                (
+                    Some(store),
+                    result.map_err(|e| classify(e, exceeded, timeout, cap)),
+                )
             }
         };
-        entry.lock().metrics.observe(took);
+        {
+            let mut state = entry.lock();
+            state.metrics.observe(took);
+            state.metrics.prepared_calls += u64::from(was_prepared);
+        }
+        // The used instance goes, and the next is made, off the caller's path.
+        self.prepare(entry, loaded, Some((used, slot)));
         result
+    }
+
+    /// Has an instance of `loaded`, a version of `entry`, made ahead of its next
+    /// call, in the background, if there is none yet and a slot for one is free;
+    /// first drops `used`, an instance a call is done with, and frees its slot.
+    /// An instance that fails to instantiate is only dropped: the next call
+    /// instantiates its own and reports the error.
+    fn prepare(
+        &self,
+        entry: &Entry,
+        loaded: Arc<Loaded>,
+        used: Option<(Option<Store<CallState>>, OwnedSemaphorePermit)>,
+    ) {
+        let warm_slot = {
+            let mut warm = loaded.warm.lock().unwrap_or_else(|e| e.into_inner());
+            match (&*warm, self.inner.warm_slots.clone().try_acquire_owned()) {
+                (Warm::None, Ok(permit)) => {
+                    *warm = Warm::Filling;
+                    Some(permit)
+                }
+                _ => None,
+            }
+        };
+        let engine = self.inner.engine.clone();
+        let slots = self.inner.slots.clone();
+        let (name, config, settings) = (
+            entry.name.clone(),
+            entry.config.clone(),
+            entry.settings.clone(),
+        );
+        if warm_slot.is_none() && used.is_none() {
+            return;
+        }
+        tokio::spawn(async move {
+            drop(used);
+            let Some(warm_slot) = warm_slot else {
+                return;
+            };
+            let timeout = config.limits.timeout();
+            let made = async {
+                let slot = slots.try_acquire_owned().ok()?;
+                let state = CallState::new(name, &config, settings, None).ok()?;
+                let mut store = Store::new(&engine, state);
+                store.limiter(|s| &mut s.limiter);
+                set_deadline(&mut store, Instant::now() + timeout);
+                let exports = tokio::time::timeout(
+                    timeout + DEADLINE_GRACE,
+                    loaded.pre.instantiate(&mut store),
+                )
+                .await
+                .ok()?
+                .ok()?;
+                store.data().flush_stdio();
+                Some(Box::new(Prepared {
+                    store,
+                    exports,
+                    slot,
+                    _warm_slot: warm_slot,
+                }))
+            }
+            .await;
+            *loaded.warm.lock().unwrap_or_else(|e| e.into_inner()) = match made {
+                Some(prepared) => Warm::Ready(prepared),
+                None => Warm::None,
+            };
+        });
     }
 
     /// Checks a result's size and `validate`s it, then counts it.
@@ -1064,6 +1213,53 @@ async fn read(name: &str, path: &Path) -> Result<Vec<u8>> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// Traps `store`'s calls at `deadline`; until then they yield to the runtime every
+/// epoch tick, so a busy plugin does not hold a worker thread.
+fn set_deadline(store: &mut Store<CallState>, deadline: Instant) {
+    let wall_deadline = deadline.into_std();
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        if std::time::Instant::now() >= wall_deadline {
+            Err(DeadlineExceeded.into())
+        } else {
+            Ok(UpdateDeadline::Yield(1))
+        }
+    });
+}
+
+impl Pre {
+    /// A fresh instance of whichever world in `store`.
+    async fn instantiate(&self, store: &mut Store<CallState>) -> wasmtime::Result<Exports> {
+        Ok(match self {
+            Pre::Probe(p) => Exports::Probe(p.instantiate_async(store).await?),
+            Pre::Admission(p) => Exports::Admission(p.instantiate_async(store).await?),
+            Pre::Eviction(p) => Exports::Eviction(p.instantiate_async(store).await?),
+            Pre::DeviceAdapter(p) => Exports::DeviceAdapter(p.instantiate_async(store).await?),
+        })
+    }
+}
+
+impl Loaded {
+    /// The instance made ahead of a call, if it is ready and of world `W`: its
+    /// store, exports and pool slot.
+    fn take_prepared<W: PluginWorld>(&self) -> Option<(Store<CallState>, W, OwnedSemaphorePermit)> {
+        let mut warm = self.warm.lock().unwrap_or_else(|e| e.into_inner());
+        let Warm::Ready(_) = &*warm else {
+            return None;
+        };
+        let Warm::Ready(prepared) = std::mem::take(&mut *warm) else {
+            unreachable!("checked above");
+        };
+        let Prepared {
+            store,
+            exports,
+            slot,
+            _warm_slot,
+        } = *prepared;
+        Some((store, W::from_exports(exports)?, slot))
+    }
 }
 
 impl Entry {

@@ -26,6 +26,9 @@ pub struct PluginMetrics {
     pub duration_sum: f64,
     /// How many calls ran.
     pub duration_count: u64,
+    /// Calls that ran on an instance made ahead of them (the others instantiated
+    /// their own).
+    pub prepared_calls: u64,
 }
 
 impl PluginMetrics {
@@ -83,6 +86,15 @@ pub(crate) fn render(rows: &[Row<'_>]) -> String {
             );
         }
     }
+    out.push_str("# HELP wasmlet_plugin_prepared_calls_total Plugin calls that ran on an instance made ahead of them.\n");
+    out.push_str("# TYPE wasmlet_plugin_prepared_calls_total counter\n");
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "wasmlet_plugin_prepared_calls_total{{plugin=\"{}\",world=\"{}\"}} {}",
+            r.name, r.world, r.metrics.prepared_calls
+        );
+    }
     out.push_str(
         "# HELP wasmlet_plugin_disabled Whether the plugin is disabled after repeated failures.\n",
     );
@@ -95,7 +107,7 @@ pub(crate) fn render(rows: &[Row<'_>]) -> String {
             u8::from(r.disabled)
         );
     }
-    out.push_str("# HELP wasmlet_plugin_call_duration_seconds Duration of the plugin calls that ran, instantiation included.\n");
+    out.push_str("# HELP wasmlet_plugin_call_duration_seconds Duration of the plugin calls that ran, instantiation included unless an instance was made ahead of the call.\n");
     out.push_str("# TYPE wasmlet_plugin_call_duration_seconds histogram\n");
     for r in rows {
         let mut cumulative = 0;
@@ -134,6 +146,7 @@ mod tests {
     fn observations_land_in_their_bucket_and_render_cumulatively() {
         let mut m = PluginMetrics {
             calls: 4,
+            prepared_calls: 2,
             ..PluginMetrics::default()
         };
         m.observe(Duration::from_micros(40));
@@ -153,6 +166,7 @@ mod tests {
             "wasmlet_plugin_calls_total{plugin=\"p\",world=\"probe-plugin\"} 4",
             "wasmlet_plugin_failures_total{plugin=\"p\",kind=\"timeout\"} 1",
             "wasmlet_plugin_disabled{plugin=\"p\"} 1",
+            "wasmlet_plugin_prepared_calls_total{plugin=\"p\",world=\"probe-plugin\"} 2",
             "wasmlet_plugin_call_duration_seconds_bucket{plugin=\"p\",world=\"probe-plugin\",le=\"0.00005\"} 1",
             "wasmlet_plugin_call_duration_seconds_bucket{plugin=\"p\",world=\"probe-plugin\",le=\"0.001\"} 2",
             "wasmlet_plugin_call_duration_seconds_bucket{plugin=\"p\",world=\"probe-plugin\",le=\"5\"} 2",

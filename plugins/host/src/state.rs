@@ -96,6 +96,11 @@ impl CallState {
         })
     }
 
+    /// Gives the call the pod network it may reach (a probe's pod IPs), or none.
+    pub(crate) fn set_pod_network(&mut self, network: Option<PodNetwork>) {
+        self.pod_network = network;
+    }
+
     /// Writes what the plugin printed to the node's log, tagged with its name.
     pub(crate) fn flush_stdio(&self) {
         self.stdout.drain_to_log(&self.plugin, "stdout");

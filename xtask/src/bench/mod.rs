@@ -24,15 +24,17 @@ mod eviction;
 mod http;
 mod idle;
 mod shim;
+mod wasm_single;
 pub use eviction::eviction;
 pub use http::http;
 pub use idle::idle;
 pub use shim::shim;
+pub use wasm_single::wasm_single;
 
 /// `bench plugin-call`: builds the example plugins, then runs the host's
 /// `plugin_call` example (release unless `debug`), which prints p50/p99 of plugin
 /// calls next to the same work done natively.
-pub fn plugin_call(calls: usize, debug: bool) -> anyhow::Result<()> {
+pub fn plugin_call(calls: usize, debug: bool, json: bool) -> anyhow::Result<()> {
     let root = images::workspace_root()?;
     let plugins = images::ensure_plugins()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -48,8 +50,11 @@ pub fn plugin_call(calls: usize, debug: bool) -> anyhow::Result<()> {
     if !debug {
         cmd.arg("--release");
     }
-    cmd.arg("--")
-        .arg(calls.to_string())
+    cmd.arg("--");
+    if json {
+        cmd.arg("--json");
+    }
+    cmd.arg(calls.to_string())
         .arg(&plugins["http-json-probe"])
         .arg(&plugins["priority-eviction"]);
     let status = cmd.status().context("running the plugin_call example")?;

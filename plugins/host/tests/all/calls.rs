@@ -25,6 +25,66 @@ async fn a_ranking_is_checked_and_completed() {
     );
 }
 
+/// Calls of `name` that ran on an instance made ahead of them.
+fn prepared_calls(host: &PluginHost, name: &str) -> u64 {
+    host.plugins()
+        .into_iter()
+        .find(|p| p.name == name)
+        .unwrap()
+        .metrics
+        .prepared_calls
+}
+
+#[tokio::test]
+async fn every_call_runs_on_an_instance_of_its_own_even_one_made_ahead_of_it() {
+    let (host, _) = host();
+    host.load_bytes(config("count", World::Eviction), components::counting())
+        .await
+        .unwrap();
+    // The instance made after each call is ready in a moment: keep calling until
+    // three calls found theirs made, every call seeing a fresh instance.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut calls = 0;
+    while prepared_calls(&host, "count") < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "{calls} calls, none found an instance made ahead"
+        );
+        let order = host
+            .try_rank("count", "memory.available", &candidates())
+            .await
+            .unwrap();
+        assert_eq!(
+            order[0], 0,
+            "call {calls} ran on a used instance: {order:?}"
+        );
+        calls += 1;
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn without_warm_instances_every_call_instantiates_its_own() {
+    let host = PluginHost::new(HostOptions {
+        max_instances: 8,
+        max_memory_bytes: 64 << 20,
+        warm_instances: false,
+        ..HostOptions::default()
+    })
+    .unwrap();
+    host.load_bytes(config("count", World::Eviction), components::counting())
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        let order = host
+            .try_rank("count", "memory.available", &candidates())
+            .await
+            .unwrap();
+        assert_eq!(order[0], 0);
+    }
+    assert_eq!(prepared_calls(&host, "count"), 0);
+}
+
 #[tokio::test]
 async fn an_index_out_of_range_is_an_invalid_result_and_falls_back() {
     let (host, _) = host();

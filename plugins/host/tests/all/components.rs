@@ -103,6 +103,23 @@ pub fn huge_ranking(len: u32) -> Vec<u8> {
     )
 }
 
+/// An eviction plugin whose `rank` returns `[n]`, `n` the calls its instance had
+/// before this one (a global it counts them in).
+pub fn counting() -> Vec<u8> {
+    component(
+        "eviction-plugin",
+        &format!(
+            r#"(global $calls (mut i32) (i32.const 0))
+               (func (export "{RANK}") (param i32 i32 i32 i32) (result i32)
+                 (i32.store (i32.const 64) (global.get $calls))
+                 (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+                 (i32.store (i32.const 16) (i32.const 64))
+                 (i32.store (i32.const 20) (i32.const 1))
+                 (i32.const 16))"#
+        ),
+    )
+}
+
 /// An eviction plugin whose `rank` never returns.
 pub fn looping() -> Vec<u8> {
     component(
