@@ -60,13 +60,17 @@ async fn main() -> anyhow::Result<()> {
         calls / 10
     );
     let mut rows = Vec::new();
-    // Before (every call instantiates its own) and after (an instance made ahead).
-    for (mode, warm_instances) in [
-        ("fresh instance per call", false),
-        ("instance made ahead", true),
+    // Before (every call instantiates its own, memory reset by madvise), and each
+    // of the two changes on its own and together (the default).
+    for (mode, warm_instances, keep_resident_bytes) in [
+        ("fresh, madvise (before)", false, 0),
+        ("fresh, kept resident", false, 1 << 20),
+        ("made ahead, madvise", true, 0),
+        ("made ahead, kept resident", true, 1 << 20),
     ] {
         let host = PluginHost::new(HostOptions {
             warm_instances,
+            keep_resident_bytes,
             ..HostOptions::default()
         })?;
         host.load(config("probe", World::Probe, probe)).await?;
@@ -133,6 +137,11 @@ async fn main() -> anyhow::Result<()> {
             r.mode, r.case, r.p50_us, r.p99_us
         );
     }
+    let rss = std::fs::read_to_string("/proc/self/status")?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().to_owned()))
+        .unwrap_or_default();
+    println!("RSS of this process (four hosts, eight plugins) at the end: {rss}");
     if json {
         println!("{}", serde_json::to_string(&rows)?);
     }

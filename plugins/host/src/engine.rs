@@ -4,7 +4,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::error::{Error, Result};
 
@@ -17,8 +17,10 @@ pub(crate) const MAX_TABLES_PER_COMPONENT: u32 = 8;
 pub(crate) const MAX_TABLE_ELEMENTS: usize = 100_000;
 
 /// Builds the engine: component model, epoch interruption, and a pool sized for
-/// `instances` plugin instances alive at once, each memory capped at `max_memory`.
-pub(crate) fn engine(instances: u32, max_memory: u64) -> Result<Engine> {
+/// `instances` plugin instances alive at once, each memory capped at `max_memory`,
+/// the first `keep_resident` bytes of a used memory or table reset by rewriting its
+/// dirty pages rather than by `madvise`.
+pub(crate) fn engine(instances: u32, max_memory: u64, keep_resident: usize) -> Result<Engine> {
     let mut pool = PoolingAllocationConfig::new();
     pool.total_component_instances(instances)
         .total_core_instances(instances * 8)
@@ -29,7 +31,10 @@ pub(crate) fn engine(instances: u32, max_memory: u64) -> Result<Engine> {
         .max_memories_per_component(MAX_MEMORIES_PER_COMPONENT)
         .max_tables_per_component(MAX_TABLES_PER_COMPONENT)
         .table_elements(MAX_TABLE_ELEMENTS)
-        .max_memory_size(usize::try_from(max_memory).unwrap_or(usize::MAX));
+        .max_memory_size(usize::try_from(max_memory).unwrap_or(usize::MAX))
+        .linear_memory_keep_resident(keep_resident)
+        .table_keep_resident(keep_resident)
+        .pagemap_scan(Enabled::Auto);
     let mut config = Config::new();
     config
         .wasm_component_model(true)

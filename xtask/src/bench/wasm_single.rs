@@ -60,6 +60,59 @@ fn pod_start_metric(node: &TestNode) -> anyhow::Result<(f64, u64)> {
     ))
 }
 
+/// The `_sum` and `_count` of every series of the histogram `name` whose labels
+/// are `operation_type="…"`, by operation.
+fn by_operation(
+    node: &TestNode,
+    name: &str,
+) -> anyhow::Result<std::collections::BTreeMap<String, (f64, u64)>> {
+    let (code, body) = node.api_get("/metrics", NodeApiAuth::None)?;
+    if code != 200 {
+        bail!("/metrics answered {code}: {body}");
+    }
+    let mut ops = std::collections::BTreeMap::<String, (f64, u64)>::new();
+    for line in body.lines() {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Some((kind, labels)) = series.split_once('{') else {
+            continue;
+        };
+        let Some(op) = labels
+            .strip_prefix("operation_type=\"")
+            .and_then(|l| l.strip_suffix("\"}"))
+        else {
+            continue;
+        };
+        let entry = ops.entry(op.to_owned()).or_default();
+        if kind == format!("{name}_sum") {
+            entry.0 = value.parse()?;
+        } else if kind == format!("{name}_count") {
+            entry.1 = value.parse()?;
+        }
+    }
+    Ok(ops)
+}
+
+/// The runtime operations and pod worker syncs of a run: per operation, how many
+/// and their mean, from the node's histograms before and after.
+fn operations_between(
+    before: &std::collections::BTreeMap<String, (f64, u64)>,
+    after: &std::collections::BTreeMap<String, (f64, u64)>,
+) -> Vec<(String, u64, f64)> {
+    after
+        .iter()
+        .filter_map(|(op, (sum, count))| {
+            let (sum0, count0) = before.get(op).copied().unwrap_or_default();
+            let n = count.checked_sub(count0).filter(|n| *n > 0)?;
+            Some((op.clone(), n, (sum - sum0) * 1000.0 / n as f64))
+        })
+        .collect()
+}
+
+const RUNTIME_OPERATIONS: &str = "kubelet_runtime_operations_duration_seconds";
+const POD_WORKER: &str = "kubelet_pod_worker_duration_seconds";
+
 /// `cargo xtask bench wasm-single`.
 pub fn wasm_single(pods: usize, debug: bool, json: bool) -> anyhow::Result<()> {
     if pods == 0 {
@@ -77,6 +130,8 @@ pub fn wasm_single(pods: usize, debug: bool, json: bool) -> anyhow::Result<()> {
     // The first pod of the image compiles its module; the rest find it cached.
     let cold = first_pod(&node, &pod_yaml)?;
 
+    let runtime_before = by_operation(&node, RUNTIME_OPERATIONS)?;
+    let worker_before = by_operation(&node, POD_WORKER)?;
     let mut outside = Vec::with_capacity(pods);
     let mut inside = Vec::with_capacity(pods);
     for i in 0..pods {
@@ -110,6 +165,9 @@ pub fn wasm_single(pods: usize, debug: bool, json: bool) -> anyhow::Result<()> {
         node.wait_gone(&name, Duration::from_secs(60))?;
     }
 
+    let runtime = operations_between(&runtime_before, &by_operation(&node, RUNTIME_OPERATIONS)?);
+    let worker = operations_between(&worker_before, &by_operation(&node, POD_WORKER)?);
+
     // The floor: starting a trivial process and seeing it exit.
     let mut floor = Vec::with_capacity(pods);
     for _ in 0..pods.max(100) {
@@ -142,6 +200,15 @@ pub fn wasm_single(pods: usize, debug: bool, json: bool) -> anyhow::Result<()> {
             "  {:<48} {:>7} {:>9.2} {:>9.2} {:>9.2}",
             r.case, r.samples, r.p50_ms, r.p99_ms, r.max_ms
         );
+    }
+    println!("  where the node's time went (its histograms over the run; starts and removals):");
+    for (what, ops) in [
+        ("runtime operation", &runtime),
+        ("pod worker sync", &worker),
+    ] {
+        for (op, n, mean) in ops {
+            println!("    {what:<18} {op:<24} {n:>6} × {mean:>8.2} ms mean");
+        }
     }
     if json {
         println!("{}", serde_json::to_string(&rows)?);

@@ -103,16 +103,18 @@ pub fn huge_ranking(len: u32) -> Vec<u8> {
     )
 }
 
-/// An eviction plugin whose `rank` returns `[n]`, `n` the calls its instance had
-/// before this one (a global it counts them in).
+/// An eviction plugin whose `rank` returns `[n]`, `n` twice the calls its instance
+/// had before this one: it counts them both in a global and in linear memory.
 pub fn counting() -> Vec<u8> {
     component(
         "eviction-plugin",
         &format!(
             r#"(global $calls (mut i32) (i32.const 0))
                (func (export "{RANK}") (param i32 i32 i32 i32) (result i32)
-                 (i32.store (i32.const 64) (global.get $calls))
+                 (i32.store (i32.const 64)
+                   (i32.add (global.get $calls) (i32.load (i32.const 1024))))
                  (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+                 (i32.store (i32.const 1024) (i32.add (i32.load (i32.const 1024)) (i32.const 1)))
                  (i32.store (i32.const 16) (i32.const 64))
                  (i32.store (i32.const 20) (i32.const 1))
                  (i32.const 16))"#
