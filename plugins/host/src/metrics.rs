@@ -61,20 +61,37 @@ pub(crate) struct Row<'a> {
     pub metrics: &'a PluginMetrics,
 }
 
-/// Renders the text exposition (format 0.0.4).
-pub(crate) fn render(rows: &[Row<'_>]) -> String {
-    let mut out = String::new();
-    out.push_str(
-        "# HELP wasmlet_plugin_calls_total Calls asked of a plugin, refused ones included.\n",
-    );
-    out.push_str("# TYPE wasmlet_plugin_calls_total counter\n");
+/// Writes the counter `name`, one series per plugin labelled with its world.
+fn per_plugin_counter(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    rows: &[Row<'_>],
+    value: impl Fn(&PluginMetrics) -> u64,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} counter");
     for r in rows {
         let _ = writeln!(
             out,
-            "wasmlet_plugin_calls_total{{plugin=\"{}\",world=\"{}\"}} {}",
-            r.name, r.world, r.metrics.calls
+            "{name}{{plugin=\"{}\",world=\"{}\"}} {}",
+            r.name,
+            r.world,
+            value(r.metrics)
         );
     }
+}
+
+/// Renders the text exposition (format 0.0.4).
+pub(crate) fn render(rows: &[Row<'_>]) -> String {
+    let mut out = String::new();
+    per_plugin_counter(
+        &mut out,
+        "wasmlet_plugin_calls_total",
+        "Calls asked of a plugin, refused ones included.",
+        rows,
+        |m| m.calls,
+    );
     out.push_str("# HELP wasmlet_plugin_failures_total Failed plugin calls, by kind.\n");
     out.push_str("# TYPE wasmlet_plugin_failures_total counter\n");
     for r in rows {
@@ -86,15 +103,13 @@ pub(crate) fn render(rows: &[Row<'_>]) -> String {
             );
         }
     }
-    out.push_str("# HELP wasmlet_plugin_prepared_calls_total Plugin calls that ran on an instance made ahead of them.\n");
-    out.push_str("# TYPE wasmlet_plugin_prepared_calls_total counter\n");
-    for r in rows {
-        let _ = writeln!(
-            out,
-            "wasmlet_plugin_prepared_calls_total{{plugin=\"{}\",world=\"{}\"}} {}",
-            r.name, r.world, r.metrics.prepared_calls
-        );
-    }
+    per_plugin_counter(
+        &mut out,
+        "wasmlet_plugin_prepared_calls_total",
+        "Plugin calls that ran on an instance made ahead of them.",
+        rows,
+        |m| m.prepared_calls,
+    );
     out.push_str(
         "# HELP wasmlet_plugin_disabled Whether the plugin is disabled after repeated failures.\n",
     );
