@@ -993,15 +993,14 @@ impl PluginHost {
                 (store, Some(exports), slot)
             }
             None => {
-                let state = CallState::new(
+                let store = new_store(
+                    &self.inner.engine,
                     entry.name.clone(),
                     &entry.config,
                     entry.settings.clone(),
                     network,
                 )
                 .map_err(CallError::Instantiate)?;
-                let mut store = Store::new(&self.inner.engine, state);
-                store.limiter(|s| &mut s.limiter);
                 (store, None, slot.expect("a slot was acquired"))
             }
         };
@@ -1069,6 +1068,9 @@ impl PluginHost {
                 _ => None,
             }
         };
+        if warm_slot.is_none() && used.is_none() {
+            return;
+        }
         let engine = self.inner.engine.clone();
         let slots = self.inner.slots.clone();
         let (name, config, settings) = (
@@ -1076,9 +1078,6 @@ impl PluginHost {
             entry.config.clone(),
             entry.settings.clone(),
         );
-        if warm_slot.is_none() && used.is_none() {
-            return;
-        }
         tokio::spawn(async move {
             drop(used);
             let Some(warm_slot) = warm_slot else {
@@ -1087,9 +1086,7 @@ impl PluginHost {
             let timeout = config.limits.timeout();
             let made = async {
                 let slot = slots.try_acquire_owned().ok()?;
-                let state = CallState::new(name, &config, settings, None).ok()?;
-                let mut store = Store::new(&engine, state);
-                store.limiter(|s| &mut s.limiter);
+                let mut store = new_store(&engine, name, &config, settings, None).ok()?;
                 set_deadline(&mut store, Instant::now() + timeout);
                 let exports = tokio::time::timeout(
                     timeout + DEADLINE_GRACE,
@@ -1224,6 +1221,21 @@ async fn read(name: &str, path: &Path) -> Result<Vec<u8>> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// A store for one instance of `config`'s plugin: its sandbox (see
+/// [`CallState::new`]) under its memory limiter.
+fn new_store(
+    engine: &Engine,
+    plugin: Arc<str>,
+    config: &PluginConfig,
+    settings: Arc<Vec<Pair>>,
+    pod_network: Option<PodNetwork>,
+) -> Result<Store<CallState>, String> {
+    let state = CallState::new(plugin, config, settings, pod_network)?;
+    let mut store = Store::new(engine, state);
+    store.limiter(|s| &mut s.limiter);
+    Ok(store)
 }
 
 /// Traps `store`'s calls at `deadline`; until then they yield to the runtime every
