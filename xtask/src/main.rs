@@ -78,6 +78,61 @@ enum Bench {
         /// Pods started one after another.
         #[arg(long, default_value_t = 50)]
         pods: usize,
+        /// Fork sandboxes from a zygote (`wasmlet.sandboxZygote`).
+        #[arg(long)]
+        zygote: bool,
+        /// Build and run the debug binary instead of the release one.
+        #[arg(long)]
+        debug: bool,
+        /// Also print the figures as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// N Wasm pods written at once, module cached: until all run, the node's
+    /// `/healthz` latency, PLEG relist time and RSS meanwhile; then their removal;
+    /// beside N processes spawned at once.
+    WasmBurst {
+        /// Pods written at once (`maxPods` is raised to fit them).
+        #[arg(long, default_value_t = 100)]
+        pods: usize,
+        /// Fork sandboxes from a zygote (`wasmlet.sandboxZygote`).
+        #[arg(long)]
+        zygote: bool,
+        /// Build and run the debug binary instead of the release one.
+        #[arg(long)]
+        debug: bool,
+        /// Also print the figures as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The memory of N running Wasm pods: Pss and private dirty per sandbox
+    /// process, the node's RSS; beside the Pss of as many `sleep` processes.
+    Density {
+        /// Pods running at once (`maxPods` is raised to fit them).
+        #[arg(long, default_value_t = 100)]
+        pods: usize,
+        /// Fork sandboxes from a zygote (`wasmlet.sandboxZygote`).
+        #[arg(long)]
+        zygote: bool,
+        /// Build and run the debug binary instead of the release one.
+        #[arg(long)]
+        debug: bool,
+        /// Also print the figures as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Wasm pods that run to completion, N in flight: written → Succeeded →
+    /// removed, pods per second over a window; beside /bin/true runs.
+    Churn {
+        /// The measuring window.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Pods in flight at once.
+        #[arg(long, default_value_t = 20)]
+        in_flight: usize,
+        /// Fork sandboxes from a zygote (`wasmlet.sandboxZygote`).
+        #[arg(long)]
+        zygote: bool,
         /// Build and run the debug binary instead of the release one.
         #[arg(long)]
         debug: bool,
@@ -171,8 +226,42 @@ fn main() -> anyhow::Result<()> {
             bench: Bench::PluginCall { calls, debug, json },
         } => bench::plugin_call(calls, debug, json),
         Task::Bench {
-            bench: Bench::WasmSingle { pods, debug, json },
-        } => bench::wasm_single(pods, debug, json),
+            bench:
+                Bench::WasmSingle {
+                    pods,
+                    zygote,
+                    debug,
+                    json,
+                },
+        } => bench::wasm_single(pods, zygote, debug, json),
+        Task::Bench {
+            bench:
+                Bench::WasmBurst {
+                    pods,
+                    zygote,
+                    debug,
+                    json,
+                },
+        } => bench::wasm_burst(pods, zygote, debug, json),
+        Task::Bench {
+            bench:
+                Bench::Density {
+                    pods,
+                    zygote,
+                    debug,
+                    json,
+                },
+        } => bench::density(pods, zygote, debug, json),
+        Task::Bench {
+            bench:
+                Bench::Churn {
+                    seconds,
+                    in_flight,
+                    zygote,
+                    debug,
+                    json,
+                },
+        } => bench::churn(seconds, in_flight, zygote, debug, json),
         Task::Bench {
             bench: Bench::Idle { seconds, debug },
         } => bench::idle(seconds, debug),

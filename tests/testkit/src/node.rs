@@ -604,13 +604,25 @@ impl TestNode {
         } else {
             children_of(pid)
         };
-        // Sandboxes adopted after a restart are not the node's children.
+        // Sandboxes adopted after a restart are not the node's children, nor are
+        // those its zygote forked (`wasmlet.sandboxZygote`), which carry the zygote's
+        // command line.
         for p in processes_mentioning(&self.root) {
             if p != pid && !pids.contains(&p) {
                 pids.push(p);
             }
         }
+        // The zygote itself runs no pod.
+        pids.retain(|p| !is_zygote_of(*p, pid));
         pids
+    }
+
+    /// The sandbox zygote the node started, if it runs one (`wasmlet.sandboxZygote`).
+    pub fn zygote_pid(&self) -> Option<u32> {
+        let node = self.pid();
+        children_of(node)
+            .into_iter()
+            .find(|p| is_zygote_of(*p, node))
     }
 
     /// Stops the node (SIGTERM, SIGKILL after 15 s) and returns its exit status.
@@ -803,6 +815,19 @@ pub fn rss_kib(pid: u32) -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// The parent of a process, from `/proc/<pid>/stat`.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    stat_fields(pid).ok()?.get(1)?.parse().ok()
+}
+
+/// Whether `pid` is the sandbox zygote node `node` started (a sandbox it forked has
+/// the same command line, and the zygote for a parent).
+fn is_zygote_of(pid: u32, node: u32) -> bool {
+    let zygote = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == b"--zygote"));
+    zygote && parent_of(pid) == Some(node)
 }
 
 /// Direct children of a process, from `/proc/*/stat`.

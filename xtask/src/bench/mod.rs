@@ -20,15 +20,22 @@ use wasmlet_testkit::containerd::{Containerd, SNAPSHOTTER};
 use wasmlet_testkit::images;
 use wasmlet_testkit::node::{NodeOptions, TestNode, poll, rss_kib, tail};
 
+mod churn;
+mod density;
 mod eviction;
 mod http;
 mod idle;
+mod scrape;
 mod shim;
+mod wasm_burst;
 mod wasm_single;
+pub use churn::churn;
+pub use density::density;
 pub use eviction::eviction;
 pub use http::http;
 pub use idle::idle;
 pub use shim::shim;
+pub use wasm_burst::wasm_burst;
 pub use wasm_single::wasm_single;
 
 /// `bench plugin-call`: builds the example plugins, then runs the host's
@@ -62,6 +69,25 @@ pub fn plugin_call(calls: usize, debug: bool, json: bool) -> anyhow::Result<()> 
         bail!("the plugin_call example failed");
     }
     Ok(())
+}
+
+/// The node's `wasmlet:` lines for how it starts Wasm sandboxes: forked from a
+/// zygote, or each program run anew (the default).
+fn sandboxes(zygote: bool) -> String {
+    if zygote {
+        "  sandboxZygote: true\n".into()
+    } else {
+        String::new()
+    }
+}
+
+/// How a bench's node starts its sandboxes, for its title.
+fn sandboxes_how(zygote: bool) -> &'static str {
+    if zygote {
+        "forked from a zygote"
+    } else {
+        "each a new process"
+    }
 }
 
 /// What `bench pod-start` starts its pods with.
@@ -143,6 +169,30 @@ fn running_pods(node: &TestNode) -> Vec<String> {
         .collect()
 }
 
+/// One field of a process's `smaps_rollup` (`Pss`, `Private_Dirty`, …), in KiB; 0
+/// when the process is gone.
+fn smaps_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                l.strip_prefix(field)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+        })
+        .unwrap_or(0)
+}
+
+/// The sum of the processes' `Pss`, in KiB.
+fn pss_of(pids: &[u32]) -> u64 {
+    pids.iter().map(|pid| smaps_kib(*pid, "Pss")).sum()
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let idx = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
     sorted[idx]
@@ -199,11 +249,12 @@ fn batch_names(pods: usize) -> Vec<String> {
 }
 
 /// Writes the manifests of `pods` pods at once and times each from its write
-/// to Running in `/pods` (read every [`POLL_EVERY`]).
+/// to Running in `/pods` (read every `poll_every`).
 fn start_pods(
     node: &TestNode,
     pods: usize,
     yaml: &dyn Fn(&str) -> String,
+    poll_every: Duration,
 ) -> anyhow::Result<Batch> {
     let suffix = format!("-{}", node.node_name);
     let mut written: HashMap<String, Instant> = HashMap::new();
@@ -221,7 +272,7 @@ fn start_pods(
                 latencies.entry(name).or_insert_with(|| now - *at);
             }
         }
-        std::thread::sleep(POLL_EVERY);
+        std::thread::sleep(poll_every);
     }
     let wall = started.elapsed();
     if latencies.len() < pods {
@@ -279,7 +330,7 @@ fn pod_start_wasm(pods: usize, debug: bool) -> anyhow::Result<()> {
 
     // The first pod of an image compiles it (once per node); measured on its own.
     let cold = first_pod(&node, &pod_yaml)?;
-    let batch = start_pods(&node, pods, &pod_yaml)?;
+    let batch = start_pods(&node, pods, &pod_yaml, POLL_EVERY)?;
     let sandboxes = node.sandbox_pids();
     let rss: u64 = sandboxes.iter().map(|p| rss_kib(*p)).sum();
     println!(
@@ -319,7 +370,7 @@ fn pod_start_cri(pods: usize, debug: bool) -> anyhow::Result<()> {
 
     // 1. The node: one pod on its own, then all of them at once.
     let node_first = first_pod(&node, &busybox_pod_yaml)?;
-    let node_batch = start_pods(&node, pods, &busybox_pod_yaml)
+    let node_batch = start_pods(&node, pods, &busybox_pod_yaml, POLL_EVERY)
         .with_context(|| format!("node log tail:\n{}", tail(&node.log(), 30)))?;
     remove_pods(&node, pods)?;
     let leftover = containerd.ctr_k8s(["containers", "ls", "--quiet"])?;

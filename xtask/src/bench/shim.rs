@@ -14,7 +14,7 @@ use wasmlet_testkit::containerd::{Containerd, SNAPSHOTTER, WASM_RUNTIME_TYPE};
 use wasmlet_testkit::images;
 use wasmlet_testkit::node::{children_of, processes_matching as processes};
 
-use super::{ms, percentile};
+use super::{ms, percentile, pss_of};
 
 fn build_shim(debug: bool) -> anyhow::Result<PathBuf> {
     let root = images::workspace_root()?;
@@ -50,21 +50,6 @@ struct Case {
     /// A long-running task for the density run.
     long_run: Vec<String>,
     long_command: Vec<String>,
-}
-
-/// The sum of the processes' `Pss` (`smaps_rollup`), in KiB.
-fn pss_of(pids: &[u32]) -> u64 {
-    pids.iter()
-        .filter_map(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
-                .ok()?
-                .lines()
-                .find_map(|l| {
-                    l.strip_prefix("Pss:")
-                        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                })
-        })
-        .sum()
 }
 
 pub fn shim(runs: usize, density: usize, debug: bool) -> anyhow::Result<()> {

@@ -8,8 +8,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use wasmlet_testkit::node::{NodeApiAuth, NodeOptions, TestNode, poll};
+use wasmlet_testkit::node::{NodeOptions, TestNode, poll};
 
+use super::scrape::{self, Histogram};
 use super::{build_node, first_pod, ms, percentile, pod_yaml, running_pods};
 
 /// How often `/pods` is read while a pod starts: the outside figure's resolution.
@@ -18,10 +19,6 @@ const POLL_EVERY: Duration = Duration::from_micros(500);
 const POD_TIMEOUT: Duration = Duration::from_secs(60);
 /// The node-side histogram: the pod worker's first sight of a pod -> Running.
 const POD_START: &str = "kubelet_pod_start_duration_seconds";
-
-/// The node API without credentials: the bench's node lets anonymous requests in.
-const ANONYMOUS_API: &str =
-    "authentication:\n  anonymous:\n    enabled: true\nauthorization:\n  mode: AlwaysAllow\n";
 
 #[derive(serde::Serialize)]
 struct Row {
@@ -43,78 +40,16 @@ fn row(case: &'static str, mut times: Vec<Duration>) -> Row {
     }
 }
 
-/// The `_sum` and `_count` of the node's [`POD_START`] histogram.
-fn pod_start_metric(node: &TestNode) -> anyhow::Result<(f64, u64)> {
-    let (code, body) = node.api_get("/metrics", NodeApiAuth::None)?;
-    if code != 200 {
-        bail!("/metrics answered {code}: {body}");
-    }
-    let value = |series: &str| {
-        body.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-            .with_context(|| format!("no {series} in /metrics"))
-    };
-    Ok((
-        value(&format!("{POD_START}_sum"))?.parse()?,
-        value(&format!("{POD_START}_count"))?.parse()?,
-    ))
-}
-
-/// The `_sum` and `_count` of every series of the histogram `name` whose labels
-/// are `operation_type="…"`, by operation.
-fn by_operation(
-    node: &TestNode,
-    name: &str,
-) -> anyhow::Result<std::collections::BTreeMap<String, (f64, u64)>> {
-    let (code, body) = node.api_get("/metrics", NodeApiAuth::None)?;
-    if code != 200 {
-        bail!("/metrics answered {code}: {body}");
-    }
-    let mut ops = std::collections::BTreeMap::<String, (f64, u64)>::new();
-    for line in body.lines() {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Some((kind, labels)) = series.split_once('{') else {
-            continue;
-        };
-        let Some(op) = labels
-            .strip_prefix("operation_type=\"")
-            .and_then(|l| l.strip_suffix("\"}"))
-        else {
-            continue;
-        };
-        let entry = ops.entry(op.to_owned()).or_default();
-        if kind == format!("{name}_sum") {
-            entry.0 = value.parse()?;
-        } else if kind == format!("{name}_count") {
-            entry.1 = value.parse()?;
-        }
-    }
-    Ok(ops)
-}
-
-/// The runtime operations and pod worker syncs of a run: per operation, how many
-/// and their mean, from the node's histograms before and after.
-fn operations_between(
-    before: &std::collections::BTreeMap<String, (f64, u64)>,
-    after: &std::collections::BTreeMap<String, (f64, u64)>,
-) -> Vec<(String, u64, f64)> {
-    after
-        .iter()
-        .filter_map(|(op, (sum, count))| {
-            let (sum0, count0) = before.get(op).copied().unwrap_or_default();
-            let n = count.checked_sub(count0).filter(|n| *n > 0)?;
-            Some((op.clone(), n, (sum - sum0) * 1000.0 / n as f64))
-        })
-        .collect()
+/// The node's [`POD_START`] histogram.
+fn pod_start_metric(node: &TestNode) -> anyhow::Result<Histogram> {
+    scrape::histogram(&scrape::metrics(node)?, POD_START, "")
 }
 
 const RUNTIME_OPERATIONS: &str = "kubelet_runtime_operations_duration_seconds";
 const POD_WORKER: &str = "kubelet_pod_worker_duration_seconds";
 
 /// `cargo xtask bench wasm-single`.
-pub fn wasm_single(pods: usize, debug: bool, json: bool) -> anyhow::Result<()> {
+pub fn wasm_single(pods: usize, zygote: bool, debug: bool, json: bool) -> anyhow::Result<()> {
     if pods == 0 {
         bail!("--pods must be at least 1");
     }
@@ -123,22 +58,24 @@ pub fn wasm_single(pods: usize, debug: bool, json: bool) -> anyhow::Result<()> {
         &binary,
         NodeOptions {
             images: vec!["ticker".into()],
-            kubelet_config: ANONYMOUS_API.into(),
+            kubelet_config: scrape::ANONYMOUS_API.into(),
+            wasmlet_config: super::sandboxes(zygote),
             ..Default::default()
         },
     )?;
     // The first pod of the image compiles its module; the rest find it cached.
     let cold = first_pod(&node, &pod_yaml)?;
 
-    let runtime_before = by_operation(&node, RUNTIME_OPERATIONS)?;
-    let worker_before = by_operation(&node, POD_WORKER)?;
+    let before = scrape::metrics(&node)?;
+    let runtime_before = scrape::by_operation(&before, RUNTIME_OPERATIONS)?;
+    let worker_before = scrape::by_operation(&before, POD_WORKER)?;
     let mut outside = Vec::with_capacity(pods);
     let mut inside = Vec::with_capacity(pods);
     for i in 0..pods {
         let name = format!("single-{i:03}");
         let full = format!("{name}-{}", node.node_name);
         let file = format!("{name}.yaml");
-        let (sum, count) = pod_start_metric(&node)?;
+        let seen_before = pod_start_metric(&node)?;
         let written = Instant::now();
         node.write_manifest(&file, &pod_yaml(&name))?;
         let deadline = written + POD_TIMEOUT;
@@ -154,19 +91,25 @@ pub fn wasm_single(pods: usize, debug: bool, json: bool) -> anyhow::Result<()> {
         }
         // The histogram counts the pod once its worker reported it Running, which
         // the status `/pods` shows comes after: wait for the count.
-        let (sum_after, _) = poll(Duration::from_secs(10), || {
+        let seen = poll(Duration::from_secs(10), || {
             pod_start_metric(&node)
                 .ok()
-                .filter(|(_, c)| *c == count + 1)
+                .map(|h| h.since(&seen_before))
+                .filter(|h| h.count == 1)
         })
         .with_context(|| format!("{POD_START} did not count pod {name}"))?;
-        inside.push(Duration::from_secs_f64((sum_after - sum).max(0.0)));
+        inside.push(Duration::from_secs_f64(seen.sum.max(0.0)));
         node.remove_manifest(&file)?;
         node.wait_gone(&name, Duration::from_secs(60))?;
     }
 
-    let runtime = operations_between(&runtime_before, &by_operation(&node, RUNTIME_OPERATIONS)?);
-    let worker = operations_between(&worker_before, &by_operation(&node, POD_WORKER)?);
+    let after = scrape::metrics(&node)?;
+    let runtime = scrape::operations_between(
+        &runtime_before,
+        &scrape::by_operation(&after, RUNTIME_OPERATIONS)?,
+    );
+    let worker =
+        scrape::operations_between(&worker_before, &scrape::by_operation(&after, POD_WORKER)?);
 
     // The floor: starting a trivial process and seeing it exit.
     let mut floor = Vec::with_capacity(pods);
@@ -187,8 +130,9 @@ pub fn wasm_single(pods: usize, debug: bool, json: bool) -> anyhow::Result<()> {
         row("floor: fork+exec+wait of /bin/true", floor),
     ];
     println!(
-        "wasm-single ({} build, ticker image, module compiled once before: {:.1} ms for that first pod; one pod at a time, removed before the next; /pods polled every {POLL_EVERY:?})",
+        "wasm-single ({} build, sandboxes {}, ticker image, module compiled once before: {:.1} ms for that first pod; one pod at a time, removed before the next; /pods polled every {POLL_EVERY:?})",
         if debug { "debug" } else { "release" },
+        super::sandboxes_how(zygote),
         ms(cold)
     );
     println!(
