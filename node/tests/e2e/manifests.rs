@@ -195,13 +195,14 @@ fn a_manifest_removed_and_restored_unchanged_comes_back_with_the_same_uid() {
     poll(LONG, || node.log().contains(&removed).then_some(()))
         .unwrap_or_else(|| panic!("the node saw the removal; log:\n{}", node.log()));
     node.write_manifest("t.yaml", &yaml).unwrap();
+    // The status may still be the terminating instance's (the UID is the same): wait
+    // for the new instance's sandbox, not only for Running.
     let again = node
         .wait_pod("t", LONG, |p| {
+            let sandboxes = node.sandbox_pids();
             is_running(p)
-                && node
-                    .sandbox_pids()
-                    .iter()
-                    .all(|pid| !first_sandbox.contains(pid))
+                && !sandboxes.is_empty()
+                && sandboxes.iter().all(|pid| !first_sandbox.contains(pid))
         })
         .unwrap();
     assert_eq!(uid(&again), uid(&first));
