@@ -309,6 +309,9 @@ struct WasmletSection {
     device_adapter_period: Option<String>,
     /// How long one CSI call may take (the kubelet's fixed `csiTimeout`, 2 m).
     csi_timeout: Option<String>,
+    /// Whether Wasm sandboxes are forked from a zygote (default false): see
+    /// `docs/decisions.md`, "Speed and density".
+    sandbox_zygote: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -418,6 +421,8 @@ pub struct NodeConfig {
     pub manifest_url: Option<ManifestUrl>,
     pub sandbox_program: PathBuf,
     pub sandbox_args: Vec<String>,
+    /// `wasmlet.sandboxZygote`: sandboxes forked from a zygote.
+    pub sandbox_zygote: bool,
     /// The QoS and pod cgroups; `None` with `cgroupsPerQOS: false`.
     pub cgroups: Option<CgroupSettings>,
     /// The Wasm plugins to load (`wasmlet.plugins`).
@@ -552,6 +557,7 @@ impl NodeFlags {
             section.csi_timeout.as_ref(),
             crate::volumes::csi::CSI_TIMEOUT,
         );
+        let sandbox_zygote = section.sandbox_zygote.unwrap_or(false);
         let (plugins, runtime_handlers) =
             sections::wasmlet_section(section, cri.is_some(), &mut errors);
         let cluster = self.cluster(&file, &timing, &mut errors);
@@ -604,6 +610,7 @@ impl NodeFlags {
             manifest_url,
             sandbox_program: sandbox.program,
             sandbox_args: sandbox.args,
+            sandbox_zygote,
             cgroups,
             plugins,
             devices,

@@ -7,9 +7,25 @@ use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 use wasmlet_node::cli::{self, Cli, Command};
 
+/// The hidden command the node runs its Wasm sandboxes as ([`Command::Sandbox`]).
+const SANDBOX: &str = "sandbox";
+
 fn main() -> ExitCode {
     // One TLS provider for the whole process, before any client is built.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // The node starts every Wasm pod as `wasmlet sandbox ...`: straight there, without
+    // the command line parser or the node's logging, which it does not use.
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == SANDBOX) {
+        let args: Result<Vec<String>, _> = args.map(|a| a.into_string()).collect();
+        return match args {
+            Ok(args) => wasmlet_runtime_wasm::sandbox::main(args),
+            Err(arg) => {
+                eprintln!("wasmlet sandbox: argument {arg:?} is not UTF-8");
+                ExitCode::from(2)
+            }
+        };
+    }
     let cli = Cli::parse();
     // A plugin author wants every line the plugin logs, and little else.
     let default_filter = match (&cli.command, cli.verbosity) {
@@ -28,6 +44,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// A node holds a few descriptors per pod (its sandbox's connections, log files,
+/// watches): the soft limit on open files goes up to the hard one, as Go programs
+/// (the kubelet, containerd) do at start. The sandboxes inherit it.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!("keeping the open files limit at {soft} (hard {hard}): {e}");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("reading the open files limit: {e}"),
+    }
+}
+
 fn init_tracing(default: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     tracing_subscriber::fmt()
@@ -38,6 +70,7 @@ fn init_tracing(default: &str) {
 }
 
 fn run_node(cli: Cli) -> ExitCode {
+    raise_open_files_limit();
     let config = match cli.node.resolve() {
         Ok(c) => c,
         Err(e) => {

@@ -370,6 +370,7 @@ async fn wasm_runtime(config: &NodeConfig) -> anyhow::Result<WasmRuntime> {
         sandbox: SandboxCommand {
             program: config.sandbox_program.clone(),
             args: config.sandbox_args.clone(),
+            zygote: config.sandbox_zygote,
         },
         cgroup_mount_root: std::path::PathBuf::from(
             wasmlet_runtime_wasm::cgroup::DEFAULT_MOUNT_ROOT,

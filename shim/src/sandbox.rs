@@ -102,7 +102,8 @@ impl SandboxProcess {
             // directory (`crate::mount::shared_dir`).
             .arg("--mount-namespace")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            // Where it says it listens (`wasmlet_runtime_wasm::sandbox::wait_listening`).
+            .stdout(Stdio::piped())
             .stderr(log)
             .process_group(0);
         match &opts.network {
@@ -127,27 +128,15 @@ impl SandboxProcess {
             let _ = child.start_kill();
             bail!("setting the sandbox's oom_score_adj to {adj}: {e}");
         }
-        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
-        let stream = loop {
-            match UnixStream::connect(&socket).await {
-                Ok(s) => break s,
-                Err(e) => {
-                    if let Some(status) = child.try_wait()? {
-                        let log =
-                            std::fs::read_to_string(dir.join("sandbox.log")).unwrap_or_default();
-                        bail!(
-                            "the sandbox process exited ({status}) before listening: {}",
-                            log.trim()
-                        );
-                    }
-                    if tokio::time::Instant::now() > deadline {
-                        let _ = child.start_kill();
-                        bail!("the sandbox process did not listen within {START_TIMEOUT:?}: {e}");
-                    }
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-            }
-        };
+        if let Err(e) =
+            wasmlet_runtime_wasm::sandbox::wait_listening(&mut child, START_TIMEOUT).await
+        {
+            let log = std::fs::read_to_string(dir.join("sandbox.log")).unwrap_or_default();
+            bail!("the sandbox process {e}: {}", log.trim());
+        }
+        let stream = UnixStream::connect(&socket)
+            .await
+            .with_context(|| format!("connecting to the sandbox at {}", socket.display()))?;
         let (read, write) = stream.into_split();
         let (gone_tx, gone) = watch::channel(false);
         let pending: Arc<Pending> = Arc::default();

@@ -194,6 +194,7 @@ const WASMLET_FIELDS: &[&str] = &[
     "sysfsRoot",
     "deviceAdapterPeriod",
     "csiTimeout",
+    "sandboxZygote",
 ];
 
 /// Levenshtein distance, case-insensitive.

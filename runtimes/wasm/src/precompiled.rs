@@ -1,5 +1,5 @@
-//! Loading precompiled artifacts: one of the two places this crate uses `unsafe` (the
-//! other is [`crate::sys`]).
+//! Loading precompiled artifacts: one of the three places this crate uses `unsafe` (the
+//! others are [`crate::sys`] and [`crate::sandbox::zygote`]).
 #![allow(unsafe_code)] // reason: wasmtime's deserialize is unsafe; see the SAFETY note below.
 
 use std::path::Path;

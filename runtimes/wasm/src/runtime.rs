@@ -60,6 +60,9 @@ pub const WASMTIME_VERSION: &str = "48.0.8";
 pub struct SandboxCommand {
     pub program: PathBuf,
     pub args: Vec<String>,
+    /// Whether sandboxes are forked from a zygote started once with this program
+    /// (`crate::sandbox::zygote`) instead of each running it anew.
+    pub zygote: bool,
 }
 
 /// Settings of the Wasm runtime.
@@ -98,6 +101,84 @@ struct Inner {
     /// Each sandbox's containers' cpusets (the CPU manager's static policy): its
     /// process is pinned to their union.
     pins: Mutex<HashMap<String, HashMap<String, Vec<usize>>>>,
+    /// The zygote sandboxes are forked from, when [`SandboxCommand::zygote`]: started
+    /// on first use, and again when it has gone.
+    zygote: tokio::sync::Mutex<Option<Zygote>>,
+}
+
+/// The directory of `state_dir` the zygote keeps its socket and log in; no sandbox's
+/// directory has this name (theirs are hexadecimal).
+const ZYGOTE_DIR: &str = "zygote";
+
+/// A running zygote (`crate::sandbox::zygote`).
+struct Zygote {
+    child: tokio::process::Child,
+    socket: PathBuf,
+    /// Its standard input: it ends when this closes, with the node.
+    _stdin: Option<tokio::process::ChildStdin>,
+}
+
+/// A sandbox process the node started: its own child, or forked by the zygote. Either
+/// is killed when this is dropped (a node that dies runs no destructors, and its
+/// sandboxes live on to be adopted).
+enum Started {
+    Child(tokio::process::Child),
+    Forked(Forked),
+}
+
+/// A sandbox the zygote forked, held by its pidfd: it is not the node's child, so
+/// its exit status is not the node's to see.
+struct Forked {
+    pid: u32,
+    pidfd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+}
+
+impl Drop for Forked {
+    fn drop(&mut self) {
+        use std::os::fd::AsFd;
+        let _ = crate::sandbox::zygote::pidfd_kill(
+            self.pidfd.get_ref().as_fd(),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+impl Started {
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Started::Child(c) => c.id(),
+            Started::Forked(f) => Some(f.pid),
+        }
+    }
+
+    fn kill(&mut self) {
+        match self {
+            Started::Child(c) => {
+                let _ = c.start_kill();
+            }
+            Started::Forked(f) => {
+                use std::os::fd::AsFd;
+                let _ = crate::sandbox::zygote::pidfd_kill(
+                    f.pidfd.get_ref().as_fd(),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+
+    /// Waits until the process has ended; how it ended, as far as the node can see.
+    async fn wait(&mut self) -> String {
+        match self {
+            Started::Child(c) => match c.wait().await {
+                Ok(status) => status.to_string(),
+                Err(e) => format!("wait failed: {e}"),
+            },
+            Started::Forked(f) => match f.pidfd.readable().await {
+                Ok(_) => "it ended".to_owned(),
+                Err(e) => format!("waiting on its pidfd failed: {e}"),
+            },
+        }
+    }
 }
 
 /// A reply: what the sandbox answered, or its error.
@@ -224,6 +305,7 @@ impl WasmRuntime {
                 containers: Mutex::default(),
                 events,
                 pins: Mutex::default(),
+                zygote: tokio::sync::Mutex::default(),
             }),
         })
     }
@@ -507,7 +589,7 @@ impl WasmRuntime {
         &self,
         handle: Arc<SandboxHandle>,
         read: OwnedReadHalf,
-        child: Option<tokio::process::Child>,
+        child: Option<Started>,
         exited_tx: watch::Sender<bool>,
     ) {
         let this = self.clone();
@@ -523,10 +605,7 @@ impl WasmRuntime {
             }
             handle.conn.lock().await.take();
             let how = match child {
-                Some(mut child) => match child.wait().await {
-                    Ok(status) => status.to_string(),
-                    Err(e) => format!("wait failed: {e}"),
-                },
+                Some(mut child) => child.wait().await,
                 None => "its connection closed".to_owned(),
             };
             tracing::debug!(sandbox = %handle.id, pod = %handle.config.metadata.uid, "sandbox process ended: {how}");
@@ -546,6 +625,9 @@ impl WasmRuntime {
         };
         let mut running = 0;
         for entry in entries.flatten() {
+            if entry.file_name() == ZYGOTE_DIR {
+                continue;
+            }
             let dir = entry.path();
             match self.restore_one(&dir).await {
                 Ok(true) => running += 1,
@@ -586,7 +668,7 @@ impl WasmRuntime {
         let stream = UnixStream::connect(&socket).await.ok();
         if stream.is_none() {
             // Unreachable: whatever still serves it cannot be adopted, only duplicated.
-            kill_processes_serving(&socket);
+            self.kill_unreachable(&socket, record.pid);
         }
         let (exited_tx, exited_rx) = watch::channel(stream.is_none());
         let (read, write) = match stream {
@@ -633,7 +715,7 @@ impl WasmRuntime {
                 // A sandbox that does not answer is ended, and reported not ready (its
                 // connection closes) for the node to replace; its record stays until then.
                 tracing::warn!(sandbox = %record.id, "listing the containers of an adopted sandbox: {e}; stopping it");
-                kill_processes_serving(&socket);
+                self.kill_unreachable(&socket, record.pid);
                 return Ok(false);
             }
         };
@@ -688,6 +770,75 @@ impl WasmRuntime {
         Ok(true)
     }
 
+    /// The socket of the zygote, started now when none runs (see
+    /// `crate::sandbox::zygote`). One that has ended is replaced, its log's last lines
+    /// logged.
+    async fn zygote_socket(&self) -> Result<PathBuf> {
+        let mut slot = self.inner.zygote.lock().await;
+        let dir = self.inner.config.state_dir.join(ZYGOTE_DIR);
+        if let Some(z) = slot.as_mut() {
+            match z.child.try_wait() {
+                Ok(None) => return Ok(z.socket.clone()),
+                ended => {
+                    let log = std::fs::read_to_string(dir.join("zygote.log")).unwrap_or_default();
+                    tracing::warn!(
+                        "the sandbox zygote ended ({ended:?}); starting another. Its log: {}",
+                        log.trim()
+                    );
+                }
+            }
+        }
+        *slot = None;
+        let internal = |what: &str, e: std::io::Error| {
+            Error::internal_from(format!("{what} {}", dir.display()), e)
+        };
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| internal("creating the zygote's directory", e))?;
+        }
+        let socket = dir.join("zygote.sock");
+        let log = std::fs::File::create(dir.join("zygote.log"))
+            .map_err(|e| internal("creating the zygote's log in", e))?;
+        let cmd = &self.inner.config.sandbox;
+        let mut child = Command::new(&cmd.program)
+            .args(&cmd.args)
+            .arg(crate::sandbox::zygote::FLAG)
+            .arg("--socket")
+            .arg(&socket)
+            // It ends when this pipe does: with the node.
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                Error::internal_from(
+                    format!("cannot start the sandbox zygote {}", cmd.program.display()),
+                    e,
+                )
+            })?;
+        let stdin = child.stdin.take();
+        if let Err(e) = crate::sandbox::wait_listening(&mut child, SANDBOX_START_TIMEOUT).await {
+            let log = std::fs::read_to_string(dir.join("zygote.log")).unwrap_or_default();
+            return Err(Error::internal(format!(
+                "the sandbox zygote {e}: {}",
+                log.trim()
+            )));
+        }
+        tracing::info!(pid = ?child.id(), "started the sandbox zygote");
+        *slot = Some(Zygote {
+            child,
+            socket: socket.clone(),
+            _stdin: stdin,
+        });
+        Ok(socket)
+    }
+
     /// Starts the sandbox process of sandbox `id` in `dir` (already made, with its
     /// network attached when it has one of its own), waits for it to listen, and
     /// registers it. On error the caller discards the directory and the network.
@@ -709,57 +860,123 @@ impl WasmRuntime {
         let log = std::fs::File::create(dir.join("sandbox.log"))
             .map_err(|e| internal("creating the sandbox log in", e))?;
         let cmd = &self.inner.config.sandbox;
-        let mut command = Command::new(&cmd.program);
-        command
-            .args(&cmd.args)
-            .args(credentials.args())
-            .arg("--cache-dir")
-            .arg(&self.inner.config.compile_cache_dir)
-            .arg("--pod-uid")
-            .arg(&config.metadata.uid)
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--stream-socket")
-            .arg(dir.join(STREAM_SOCKET))
+        let mut args: Vec<std::ffi::OsString> =
+            credentials.args().into_iter().map(Into::into).collect();
+        for arg in [
+            "--cache-dir".as_ref(),
+            self.inner.config.compile_cache_dir.as_os_str(),
+            "--pod-uid".as_ref(),
+            config.metadata.uid.as_ref(),
+            "--socket".as_ref(),
+            socket.as_os_str(),
+            "--stream-socket".as_ref(),
+            dir.join(STREAM_SOCKET).as_os_str(),
             // The pod's volumes are mounted before its sandbox starts, so a mount
             // namespace of its own loses nothing (see `crate::confine`).
-            .arg("--mount-namespace")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            // Its own process group: a terminal's Ctrl-C stops the node, and the node
-            // stops its pods; pods never see the signal directly.
-            .process_group(0)
-            // Tests that drop a runtime take its sandboxes with it; a node that dies
-            // runs no destructors, and its sandboxes live on to be adopted.
-            .kill_on_drop(true);
+            "--mount-namespace".as_ref(),
+        ] {
+            args.push(arg.to_owned());
+        }
         if let Some(record) = network {
-            command.arg("--netns").arg(&record.netns);
+            args.push("--netns".into());
+            args.push(record.netns.clone().into());
         }
         let cgroup_parent = pod_cgroup.as_ref().map(|c| c.parent().to_owned());
-        if let Some(pod_cgroup) = pod_cgroup {
+        if let Some(pod_cgroup) = &pod_cgroup {
             let files: Vec<_> = pod_cgroup.procs_paths().collect();
             tracing::debug!(pod = %config.metadata.uid, ?files, "the sandbox joins its pod cgroup");
-            pod_cgroup.join_on_spawn(&mut command);
         }
-        let spawned = command.spawn();
-        // Closes the pod cgroup's files the child wrote to.
-        drop(command);
-        let mut child = spawned.map_err(|e| {
+        let cannot_start = |e: std::io::Error| {
             let placed = match &cgroup_parent {
                 Some(parent) => format!(" in pod cgroup {parent}"),
                 None => String::new(),
             };
+            let how = if cmd.zygote {
+                " (forked by the zygote)"
+            } else {
+                ""
+            };
             Error::internal_from(
                 format!(
-                    "cannot start sandbox process {}{placed}",
+                    "cannot start sandbox process {}{how}{placed}",
                     cmd.program.display()
                 ),
                 e,
             )
-        })?;
+        };
+        let (mut started, stdout) = if cmd.zygote {
+            // It joins the pod cgroup itself, first thing, as the files name it.
+            if let Some(pod_cgroup) = &pod_cgroup {
+                for procs in pod_cgroup.procs_paths() {
+                    args.push("--join-cgroup".into());
+                    args.push(procs.into());
+                }
+            }
+            drop(pod_cgroup);
+            let args = args
+                .into_iter()
+                .map(|a| {
+                    a.into_string().map_err(|a| {
+                        Error::InvalidArgument(format!(
+                            "the sandbox argument {a:?} is not UTF-8, which a zygote needs"
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<String>>>()?;
+            let zygote = self.zygote_socket().await?;
+            let (out_read, out_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                .map_err(|e| cannot_start(e.into()))?;
+            let forked = tokio::task::spawn_blocking(move || {
+                use std::os::fd::AsFd;
+                // The pipe's and the log's ends here close once the zygote has its
+                // copies, which are the sandbox's.
+                crate::sandbox::zygote::fork(&zygote, args, out_write.as_fd(), log.as_fd())
+            })
+            .await
+            .map_err(|e| Error::internal(format!("forking a sandbox: {e}")))?
+            .map_err(cannot_start)?;
+            let pid = forked.pid;
+            let pidfd = crate::sandbox::zygote::watch_pidfd(forked.pidfd).map_err(cannot_start)?;
+            let stdout =
+                tokio::net::unix::pipe::Receiver::from_owned_fd(out_read).map_err(cannot_start)?;
+            (
+                Started::Forked(Forked { pid, pidfd }),
+                Box::new(stdout) as Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+            )
+        } else {
+            let mut command = Command::new(&cmd.program);
+            command
+                .args(&cmd.args)
+                .args(&args)
+                .stdin(Stdio::null())
+                // Where it says it listens (`crate::sandbox::wait_listening`).
+                .stdout(Stdio::piped())
+                .stderr(log)
+                // Its own process group: a terminal's Ctrl-C stops the node, and the node
+                // stops its pods; pods never see the signal directly.
+                .process_group(0)
+                // Tests that drop a runtime take its sandboxes with it; a node that dies
+                // runs no destructors, and its sandboxes live on to be adopted.
+                .kill_on_drop(true);
+            if let Some(pod_cgroup) = pod_cgroup {
+                pod_cgroup.join_on_spawn(&mut command);
+            }
+            let spawned = command.spawn();
+            // Closes the pod cgroup's files the child wrote to.
+            drop(command);
+            let mut child = spawned.map_err(cannot_start)?;
+            let stdout = child
+                .stdout
+                .take()
+                .ok_or_else(|| Error::internal("the sandbox's standard output is not a pipe"))?;
+            (
+                Started::Child(child),
+                Box::new(stdout) as Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+            )
+        };
+        let pid = started.pid();
         // Before the sandbox is even listening, so before any guest can run.
-        if let (Some(adj), Some(pid)) = (config.oom_score_adj, child.id()) {
+        if let (Some(adj), Some(pid)) = (config.oom_score_adj, pid) {
             match cgroup::set_oom_score_adj(pid, adj) {
                 Ok(_) => {}
                 // Gone already: the wait below reports how it ended.
@@ -767,8 +984,8 @@ impl WasmRuntime {
                     if source.raw_os_error() == Some(nix::errno::Errno::ESRCH as i32)
                         || source.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
-                    let _ = child.start_kill();
-                    let _ = child.wait().await;
+                    started.kill();
+                    let _ = started.wait().await;
                     return Err(Error::internal_from(format!("sandbox process {pid}"), e));
                 }
             }
@@ -778,7 +995,7 @@ impl WasmRuntime {
             id: id.clone(),
             config: config.clone(),
             created_at,
-            pid: child.id(),
+            pid,
             credentials: Some(credentials.clone()),
         };
         write_atomically(
@@ -787,33 +1004,43 @@ impl WasmRuntime {
         )
         .map_err(|e| internal("recording the sandbox in", e))?;
 
-        // The sandbox binds its socket first thing; wait for it, or for its death.
+        // The sandbox says when it listens, or dies trying.
         let deadline = tokio::time::Instant::now() + SANDBOX_START_TIMEOUT;
-        let stream = loop {
-            match UnixStream::connect(&socket).await {
-                Ok(s) => break s,
-                Err(e) => {
-                    if let Ok(Some(status)) = child.try_wait() {
-                        let log =
-                            std::fs::read_to_string(dir.join("sandbox.log")).unwrap_or_default();
-                        return Err(Error::internal(format!(
-                            "sandbox process exited ({status}) before listening: {}",
-                            log.trim()
-                        )));
-                    }
-                    if tokio::time::Instant::now() > deadline {
-                        let _ = child.start_kill();
-                        let _ = child.wait().await;
-                        return Err(Error::Timeout {
-                            operation: "starting a sandbox",
-                            after: SANDBOX_START_TIMEOUT,
-                        });
-                    }
-                    tracing::trace!(socket = %socket.display(), "sandbox not listening yet: {e}");
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
+        let failed = match crate::sandbox::read_listening(stdout, deadline).await {
+            Ok(crate::sandbox::Said::Listening) => None,
+            Ok(crate::sandbox::Said::Closed) => {
+                // Ending: how, once it has (or the deadline came first).
+                let how = tokio::time::timeout_at(deadline, started.wait()).await;
+                Some(match how {
+                    Ok(how) => format!("ended ({how}) before listening"),
+                    Err(_) => "closed its standard output and did not end".to_owned(),
+                })
             }
+            Ok(crate::sandbox::Said::Unexpected(said)) => {
+                Some(format!("wrote {said:?} instead of saying it listens"))
+            }
+            Ok(crate::sandbox::Said::Nothing) => {
+                started.kill();
+                let _ = started.wait().await;
+                return Err(Error::Timeout {
+                    operation: "starting a sandbox",
+                    after: SANDBOX_START_TIMEOUT,
+                });
+            }
+            Err(e) => Some(format!("reading its standard output: {e}")),
         };
+        if let Some(failed) = failed {
+            started.kill();
+            let _ = started.wait().await;
+            let log = std::fs::read_to_string(dir.join("sandbox.log")).unwrap_or_default();
+            return Err(Error::internal(format!(
+                "sandbox process {failed}: {}",
+                log.trim()
+            )));
+        }
+        let stream = UnixStream::connect(&socket)
+            .await
+            .map_err(|e| internal("connecting to the sandbox listening in", e))?;
         let (read, write) = stream.into_split();
         let (exited_tx, exited_rx) = watch::channel(false);
         let handle = Arc::new(SandboxHandle {
@@ -825,7 +1052,7 @@ impl WasmRuntime {
             pending: Mutex::default(),
             next_request: AtomicU64::new(1),
             exited: exited_rx,
-            pid: child.id(),
+            pid,
             network: network.cloned(),
             credentials: Some(credentials),
         });
@@ -834,7 +1061,7 @@ impl WasmRuntime {
             .lock()
             .unwrap()
             .insert(id.clone(), handle.clone());
-        self.attach(handle, read, Some(child), exited_tx);
+        self.attach(handle, read, Some(started), exited_tx);
         Ok(())
     }
 
@@ -974,6 +1201,29 @@ impl WasmRuntime {
 /// SIGKILLs every process whose command line names `socket` (a sandbox is started
 /// with `--socket <path>`), so that an unreachable sandbox never runs beside its
 /// replacement.
+impl WasmRuntime {
+    /// Kills the sandbox process serving `socket` that cannot be adopted: those whose
+    /// command line names it, and the recorded `pid` when its command line names this
+    /// runtime's state directory (a sandbox forked by the zygote carries the zygote's
+    /// command line, which does; a pid reused by another process does not).
+    fn kill_unreachable(&self, socket: &std::path::Path, pid: Option<u32>) {
+        kill_processes_serving(socket);
+        let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) else {
+            return;
+        };
+        let needle = self.inner.config.state_dir.as_os_str().as_encoded_bytes();
+        let ours = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle));
+        if ours && pid != std::process::id() as i32 {
+            tracing::warn!(pid, socket = %socket.display(), "killing an unreachable sandbox process");
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 fn kill_processes_serving(socket: &std::path::Path) {
     let needle = socket.as_os_str().as_encoded_bytes();
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -1997,6 +2247,7 @@ mod tests {
             sandbox: SandboxCommand {
                 program: "/nonexistent/wasmlet-sandbox".into(),
                 args: vec![],
+                zygote: false,
             },
             cgroup_mount_root: dir.join("cgroup"),
             registry: Default::default(),

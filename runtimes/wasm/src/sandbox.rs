@@ -1,7 +1,8 @@
 //! The sandbox process: one per Wasm pod, running each container as a wasmtime store.
 //!
 //! The node starts it as `<program> [args] --cache-dir DIR --pod-uid UID --socket PATH
-//! [--netns PATH]` and speaks the [`crate::protocol`] over that socket. The sandbox outlives the node's
+//! [--netns PATH]`, reads [`LISTENING`] on its standard output once it listens
+//! ([`wait_listening`]), and speaks the [`crate::protocol`] over that socket. The sandbox outlives the node's
 //! connection (the node may crash and come back to adopt it) and ends on
 //! [`Op::Shutdown`]. Guests run as async tasks; the engine's epoch advances every
 //! [`EPOCH_TICK`], and at each tick a guest yields, so a stop cancels even a guest that
@@ -59,9 +60,12 @@ use crate::protocol::{
 use crate::stdio::{AttachHub, Capture, GuestOutput, Terminal};
 
 mod http;
+mod ready;
 mod stream;
+pub mod zygote;
 
 pub use http::{DEFAULT_HTTP_PORT, MAX_CONCURRENCY as HTTP_MAX_CONCURRENCY};
+pub use ready::{LISTENING, NotListening, Said, read_listening, wait_listening};
 
 /// How often the engine's epoch advances; the granularity of cancellation.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -88,68 +92,142 @@ pub const FAULT_INTERFACE: &str = "wasmlet:fault/host";
 /// The one function of [`FAULT_INTERFACE`].
 pub const FAULT_SYSCALL: &str = "syscall";
 
-/// Entry point of the sandbox process. `args` excludes the program name.
+/// Entry point of the sandbox process. `args` excludes the program name. Started
+/// with [`zygote::FLAG`] first, the process is a zygote instead, which forks
+/// sandboxes (see [`zygote`]).
 pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
-    let mut cache_dir = None;
-    let mut socket = None;
-    let mut stream_socket = None;
-    let mut pod_uid = String::new();
-    let mut netns = None;
-    let mut unshare_net = false;
-    let mut mount_namespace = false;
-    let mut credentials = crate::confine::Credentials::default();
-    let mut fault_injection = false;
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--cache-dir" => cache_dir = args.next().map(PathBuf::from),
-            "--pod-uid" => pod_uid = args.next().unwrap_or_default(),
-            "--socket" => socket = args.next().map(PathBuf::from),
-            "--stream-socket" => stream_socket = args.next().map(PathBuf::from),
-            "--netns" => netns = args.next().map(PathBuf::from),
-            // A new network namespace of its own (a container runtime's when the
-            // spec asks for one without naming it).
-            "--unshare-net" => unshare_net = true,
-            // A mount namespace of its own (see `crate::confine`). The node and the
-            // containerd shim pass it; the shim shares the root filesystems it mounts
-            // later through a mount with shared propagation.
-            "--mount-namespace" => mount_namespace = true,
-            // Whom to run as (the pod's runAsUser, runAsGroup, fsGroup and
-            // supplementalGroups), switched to before the first guest runs.
-            "--user" | "--group" | "--groups" => {
-                let value = args.next().unwrap_or_default();
-                let id = |v: &str| v.parse::<u32>().map_err(|e| format!("{arg} {v:?}: {e}"));
-                let parsed = match arg.as_str() {
-                    "--user" => id(&value).map(|uid| credentials.uid = Some(uid)),
-                    "--group" => id(&value).map(|gid| credentials.gid = Some(gid)),
-                    _ => value
-                        .split(',')
-                        .map(id)
-                        .collect::<Result<_, _>>()
-                        .map(|groups| credentials.groups = groups),
-                };
-                if let Err(e) = parsed {
-                    eprintln!("wasmlet sandbox: {e}");
-                    return ExitCode::from(2);
+    let mut args = args.into_iter().peekable();
+    if args.peek().map(String::as_str) == Some(zygote::FLAG) {
+        args.next();
+        return zygote::main(args);
+    }
+    match Options::parse(args) {
+        Ok(options) => run_sandbox(options, None),
+        Err(code) => code,
+    }
+}
+
+/// A sandbox's command line.
+struct Options {
+    cache_dir: PathBuf,
+    socket: PathBuf,
+    stream_socket: Option<PathBuf>,
+    pod_uid: String,
+    netns: Option<PathBuf>,
+    unshare_net: bool,
+    mount_namespace: bool,
+    credentials: crate::confine::Credentials,
+    fault_injection: bool,
+    /// The pod cgroup's `cgroup.procs` files, one per hierarchy, that a forked sandbox
+    /// joins first thing (one the node starts itself is placed before it runs).
+    join_cgroup: Vec<PathBuf>,
+}
+
+impl Options {
+    /// Parses the command line; on an error, says what is wrong and gives the exit code.
+    fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, ExitCode> {
+        let mut cache_dir = None;
+        let mut socket = None;
+        let mut stream_socket = None;
+        let mut pod_uid = String::new();
+        let mut netns = None;
+        let mut unshare_net = false;
+        let mut mount_namespace = false;
+        let mut credentials = crate::confine::Credentials::default();
+        let mut fault_injection = false;
+        let mut join_cgroup = Vec::new();
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--cache-dir" => cache_dir = args.next().map(PathBuf::from),
+                "--pod-uid" => pod_uid = args.next().unwrap_or_default(),
+                "--socket" => socket = args.next().map(PathBuf::from),
+                "--stream-socket" => stream_socket = args.next().map(PathBuf::from),
+                "--netns" => netns = args.next().map(PathBuf::from),
+                // A new network namespace of its own (a container runtime's when the
+                // spec asks for one without naming it).
+                "--unshare-net" => unshare_net = true,
+                // A mount namespace of its own (see `crate::confine`). The node and the
+                // containerd shim pass it; the shim shares the root filesystems it mounts
+                // later through a mount with shared propagation.
+                "--mount-namespace" => mount_namespace = true,
+                "--join-cgroup" => join_cgroup.extend(args.next().map(PathBuf::from)),
+                // Whom to run as (the pod's runAsUser, runAsGroup, fsGroup and
+                // supplementalGroups), switched to before the first guest runs.
+                "--user" | "--group" | "--groups" => {
+                    let value = args.next().unwrap_or_default();
+                    let id = |v: &str| v.parse::<u32>().map_err(|e| format!("{arg} {v:?}: {e}"));
+                    let parsed = match arg.as_str() {
+                        "--user" => id(&value).map(|uid| credentials.uid = Some(uid)),
+                        "--group" => id(&value).map(|gid| credentials.gid = Some(gid)),
+                        _ => value
+                            .split(',')
+                            .map(id)
+                            .collect::<Result<_, _>>()
+                            .map(|groups| credentials.groups = groups),
+                    };
+                    if let Err(e) = parsed {
+                        eprintln!("wasmlet sandbox: {e}");
+                        return Err(ExitCode::from(2));
+                    }
+                }
+                // Debug builds only: links `FAULT_INTERFACE` for the tests that show what
+                // the confinement does when host code misbehaves.
+                "--fault-injection" if cfg!(debug_assertions) => fault_injection = true,
+                other => {
+                    eprintln!("wasmlet sandbox: unknown argument {other:?}");
+                    return Err(ExitCode::from(2));
                 }
             }
-            // Debug builds only: links `FAULT_INTERFACE` for the tests that show what
-            // the confinement does when host code misbehaves.
-            "--fault-injection" if cfg!(debug_assertions) => fault_injection = true,
-            other => {
-                eprintln!("wasmlet sandbox: unknown argument {other:?}");
-                return ExitCode::from(2);
-            }
+        }
+        let Some(cache_dir) = cache_dir else {
+            eprintln!("wasmlet sandbox: --cache-dir is required");
+            return Err(ExitCode::from(2));
+        };
+        let Some(socket) = socket else {
+            eprintln!("wasmlet sandbox: --socket is required");
+            return Err(ExitCode::from(2));
+        };
+        Ok(Options {
+            cache_dir,
+            socket,
+            stream_socket,
+            pod_uid,
+            netns,
+            unshare_net,
+            mount_namespace,
+            credentials,
+            fault_injection,
+            join_cgroup,
+        })
+    }
+}
+
+/// Runs a sandbox until it is shut down, with the engine and linkers `prebuilt` by
+/// a zygote it was forked from, or built here.
+fn run_sandbox(options: Options, prebuilt: Option<Prebuilt>) -> ExitCode {
+    let Options {
+        cache_dir,
+        socket,
+        stream_socket,
+        pod_uid,
+        netns,
+        unshare_net,
+        mount_namespace,
+        credentials,
+        fault_injection,
+        join_cgroup,
+    } = options;
+    // Into the pod cgroup before anything is charged to it, or to another.
+    for procs in &join_cgroup {
+        if let Err(e) = std::fs::write(procs, b"0") {
+            eprintln!(
+                "wasmlet sandbox for pod {pod_uid}: joining the pod cgroup through {}: {e}",
+                procs.display()
+            );
+            return ExitCode::FAILURE;
         }
     }
-    let Some(cache_dir) = cache_dir else {
-        eprintln!("wasmlet sandbox: --cache-dir is required");
-        return ExitCode::from(2);
-    };
-    let Some(socket) = socket else {
-        eprintln!("wasmlet sandbox: --socket is required");
-        return ExitCode::from(2);
-    };
     // The pod's network namespace, entered while this is the only thread: every thread
     // started later, and so every guest, is in it.
     if let Some(netns) = &netns
@@ -182,6 +260,17 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
         eprintln!("wasmlet sandbox for pod {pod_uid}: confining the process: {e}");
         return ExitCode::FAILURE;
     }
+    // The zygote's linkers lack the fault-injection function a test asks for.
+    let prebuilt = match prebuilt.filter(|_| !fault_injection) {
+        Some(p) => p,
+        None => match Prebuilt::build(fault_injection) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("wasmlet sandbox for pod {pod_uid}: {e:#}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -193,12 +282,52 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(serve(cache_dir, listeners, fault_injection)) {
+    match rt.block_on(serve(cache_dir, listeners, prebuilt)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("wasmlet sandbox for pod {pod_uid}: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// What every sandbox builds before it serves, the same in all: the engine and the
+/// linkers. A zygote builds them once, and every sandbox forked from it shares them.
+pub(crate) struct Prebuilt {
+    engine: Engine,
+    linkers: Linkers,
+}
+
+impl Prebuilt {
+    pub(crate) fn build(fault_injection: bool) -> wasmtime::Result<Self> {
+        let engine = engine::new_engine()?;
+        let mut module = wasmtime::Linker::new(&engine);
+        wasmtime_wasi::p1::add_to_linker_async(&mut module, |s: &mut P1State| &mut s.wasi)?;
+        if fault_injection {
+            module.func_wrap(FAULT_INTERFACE, FAULT_SYSCALL, |number: i64| -> i64 {
+                crate::sys::raw_syscall(number)
+            })?;
+        }
+        module.func_wrap(
+            STOP_INTERFACE,
+            STOP_FUNCTION,
+            |caller: wasmtime::Caller<'_, P1State>| -> i32 {
+                caller.data().stop.load(Ordering::Relaxed).into()
+            },
+        )?;
+        let mut component = wasmtime::component::Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut component)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut component)?;
+        component.root().instance(STOP_INTERFACE)?.func_wrap(
+            STOP_FUNCTION,
+            |store: wasmtime::StoreContextMut<'_, P2State>, (): ()| {
+                Ok((store.data().stop.load(Ordering::Relaxed),))
+            },
+        )?;
+        Ok(Prebuilt {
+            engine,
+            linkers: Linkers { module, component },
+        })
     }
 }
 
@@ -361,37 +490,14 @@ fn listen(
 async fn serve(
     cache_dir: PathBuf,
     listeners: Listeners,
-    fault_injection: bool,
+    prebuilt: Prebuilt,
 ) -> wasmtime::Result<()> {
     let Listeners {
         socket,
         control,
         streams,
     } = listeners;
-    let engine = engine::new_engine()?;
-    let mut module = wasmtime::Linker::new(&engine);
-    wasmtime_wasi::p1::add_to_linker_async(&mut module, |s: &mut P1State| &mut s.wasi)?;
-    if fault_injection {
-        module.func_wrap(FAULT_INTERFACE, FAULT_SYSCALL, |number: i64| -> i64 {
-            crate::sys::raw_syscall(number)
-        })?;
-    }
-    module.func_wrap(
-        STOP_INTERFACE,
-        STOP_FUNCTION,
-        |caller: wasmtime::Caller<'_, P1State>| -> i32 {
-            caller.data().stop.load(Ordering::Relaxed).into()
-        },
-    )?;
-    let mut component = wasmtime::component::Linker::new(&engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut component)?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut component)?;
-    component.root().instance(STOP_INTERFACE)?.func_wrap(
-        STOP_FUNCTION,
-        |store: wasmtime::StoreContextMut<'_, P2State>, (): ()| {
-            Ok((store.data().stop.load(Ordering::Relaxed),))
-        },
-    )?;
+    let Prebuilt { engine, linkers } = prebuilt;
 
     let ticker = engine.weak();
     std::thread::Builder::new()
@@ -416,6 +522,7 @@ async fn serve(
         None => (None, None),
     };
     let listener = listen(control, &socket)?;
+    ready::announce();
     let connection: Arc<tokio::sync::Mutex<Option<OwnedWriteHalf>>> = Arc::default();
     let (out, mut out_rx) = mpsc::unbounded_channel::<Outgoing>();
     let shutdown = CancellationToken::new();
@@ -452,7 +559,7 @@ async fn serve(
     let sandbox = Arc::new(Sandbox {
         engine,
         cache_dir,
-        linkers: Linkers { module, component },
+        linkers,
         containers: Mutex::new(HashMap::new()),
         out,
         shutdown: shutdown.clone(),

@@ -1,6 +1,6 @@
 //! The system call the node makes in a sandbox process between `fork` and `exec`, and
-//! the sandbox's fault-injection call: the second place this crate uses `unsafe` (the
-//! first is [`crate::precompiled`]).
+//! the sandbox's fault-injection call: one of the three places this crate uses `unsafe`
+//! (the others are [`crate::precompiled`] and [`crate::sandbox::zygote`]).
 #![allow(unsafe_code)] // reason: `Command::pre_exec` and `syscall` are unsafe; see the SAFETY notes.
 
 use std::os::fd::OwnedFd;

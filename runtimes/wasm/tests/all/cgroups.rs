@@ -229,6 +229,24 @@ async fn the_sandbox_and_every_guest_run_in_the_pod_cgroup() -> Result<()> {
     // Declared before the fixture, so dropped after it has killed its sandboxes.
     let cgroup = TestCgroup::new("in-cgroup", &CONTROLLERS, &CONTROLLERS)?;
     let fx = Fixture::with_images(&["ticker", "spin"])?;
+    sandbox_and_guests_in_the_pod_cgroup(cgroup, fx).await
+}
+
+#[tokio::test]
+async fn a_sandbox_forked_from_the_zygote_and_its_guests_run_in_the_pod_cgroup() -> Result<()> {
+    if !real_v1_available() {
+        return Ok(());
+    }
+    let cgroup = TestCgroup::new("forked", &CONTROLLERS, &CONTROLLERS)?;
+    let fx = Fixture::forked_with_images(&["ticker", "spin"])?;
+    sandbox_and_guests_in_the_pod_cgroup(cgroup, fx).await
+}
+
+/// The sandbox process of a pod in `cgroup` (its pod cgroup in every hierarchy but
+/// `freezer` and `devices`), and all its threads, are in the pod cgroup alone, with
+/// the pod's `oom_score_adj`; the guests' CPU and memory are charged to it; removing
+/// the pod ends the process and leaves the cgroup empty.
+async fn sandbox_and_guests_in_the_pod_cgroup(cgroup: TestCgroup, fx: Fixture) -> Result<()> {
     let mut config = pod_config(&fx, "in-cgroup", &cgroup);
     config.oom_score_adj = Some(900);
     let pod = fx.start_pod(config).await?;
@@ -303,6 +321,7 @@ async fn the_sandbox_and_every_guest_run_in_the_pod_cgroup() -> Result<()> {
         assert_eq!(cgroup.ids(c, "cgroup.procs")?, [0u32; 0], "{c}");
     }
     let root = cgroup.root.clone();
+    drop(fx);
     drop(cgroup);
     let leftovers = leftovers(&root);
     assert!(leftovers.is_empty(), "{leftovers:?}");

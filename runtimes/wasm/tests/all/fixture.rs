@@ -84,6 +84,31 @@ impl Fixture {
         })
     }
 
+    /// A runtime whose sandboxes are forked from a zygote, with the named example
+    /// images imported.
+    pub fn forked_with_images(names: &[&str]) -> Result<Self> {
+        let fixture = Self::forked_with_sandbox_args(&[])?;
+        for name in names {
+            fixture.import(name)?;
+        }
+        Ok(fixture)
+    }
+
+    /// A runtime whose sandboxes are forked from a zygote, which gets `args` first.
+    pub fn forked_with_sandbox_args(args: &[&str]) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let mount_root = Path::new(cgroup::DEFAULT_MOUNT_ROOT);
+        let mut config = Self::config(dir.path(), mount_root);
+        config.sandbox.zygote = true;
+        config.sandbox.args = args.iter().map(|a| (*a).to_owned()).collect();
+        Ok(Fixture {
+            runtime: WasmRuntime::new(config)?,
+            dir,
+            cgroup_mount_root: mount_root.to_owned(),
+            network: None,
+        })
+    }
+
     /// A runtime that attaches pods to the CNI network `settings` describe.
     pub fn with_network(settings: NetworkSettings) -> Result<Self> {
         let dir = tempfile::tempdir()?;
@@ -124,6 +149,7 @@ impl Fixture {
             sandbox: SandboxCommand {
                 program: env!("CARGO_BIN_EXE_wasmlet-sandbox").into(),
                 args: vec![],
+                zygote: false,
             },
             cgroup_mount_root: cgroup_mount_root.to_owned(),
             registry: Default::default(),

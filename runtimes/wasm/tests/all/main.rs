@@ -7,7 +7,8 @@
 //! [`cgroups`] (the sandbox in its pod cgroup, its `oom_score_adj`), [`confinement`]
 //! (the sandbox's capabilities, `no_new_privs`, seccomp, mount namespace), [`logs`] (log
 //! rotation: a container's log reopened at its path), [`stdio`] (interactive execs and
-//! attaching to a container's stdio), [`registry`] (pulls from a loopback registry).
+//! attaching to a container's stdio), [`registry`] (pulls from a loopback registry),
+//! [`zygote`] (sandboxes forked from a zygote).
 //! [`fixture`] holds the shared setup: a runtime in a tempdir, a pod, and waits
 //! that end on an event or a deadline.
 
@@ -26,3 +27,4 @@ mod network;
 mod pod_network;
 mod registry;
 mod stdio;
+mod zygote;
