@@ -133,13 +133,20 @@ struct Forked {
     pidfd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
 }
 
-impl Drop for Forked {
-    fn drop(&mut self) {
+impl Forked {
+    /// SIGKILL through the pidfd: never a later process with the same pid.
+    fn kill(&self) {
         use std::os::fd::AsFd;
         let _ = crate::sandbox::zygote::pidfd_kill(
             self.pidfd.get_ref().as_fd(),
             nix::sys::signal::Signal::SIGKILL,
         );
+    }
+}
+
+impl Drop for Forked {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -156,13 +163,7 @@ impl Started {
             Started::Child(c) => {
                 let _ = c.start_kill();
             }
-            Started::Forked(f) => {
-                use std::os::fd::AsFd;
-                let _ = crate::sandbox::zygote::pidfd_kill(
-                    f.pidfd.get_ref().as_fd(),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
+            Started::Forked(f) => f.kill(),
         }
     }
 
@@ -1198,9 +1199,6 @@ impl WasmRuntime {
     }
 }
 
-/// SIGKILLs every process whose command line names `socket` (a sandbox is started
-/// with `--socket <path>`), so that an unreachable sandbox never runs beside its
-/// replacement.
 impl WasmRuntime {
     /// Kills the sandbox process serving `socket` that cannot be adopted: those whose
     /// command line names it, and the recorded `pid` when its command line names this
@@ -1224,6 +1222,9 @@ impl WasmRuntime {
     }
 }
 
+/// SIGKILLs every process whose command line names `socket` (a sandbox is started
+/// with `--socket <path>`), so that an unreachable sandbox never runs beside its
+/// replacement.
 fn kill_processes_serving(socket: &std::path::Path) {
     let needle = socket.as_os_str().as_encoded_bytes();
     let Ok(entries) = std::fs::read_dir("/proc") else {
