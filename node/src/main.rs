@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
+use tracing_log::AsLog;
 use tracing_subscriber::EnvFilter;
 use wasmlet_node::cli::{self, Cli, Command};
 
@@ -28,13 +29,14 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     // A plugin author wants every line the plugin logs, and little else.
-    let default_filter = match (&cli.command, cli.verbosity) {
-        (Some(Command::Plugin { .. }), _) => "warn,plugin=trace",
-        (_, 0) => "info",
-        (_, 1) => "debug",
-        _ => "trace",
+    use tracing_log::log::LevelFilter;
+    let (default_filter, dependencies) = match (&cli.command, cli.verbosity) {
+        (Some(Command::Plugin { .. }), _) => ("warn,plugin=trace", LevelFilter::Warn),
+        (_, 0) => ("info", LevelFilter::Info),
+        (_, 1) => ("debug", LevelFilter::Debug),
+        _ => ("trace", LevelFilter::Trace),
     };
-    init_tracing(default_filter);
+    init_tracing(default_filter, dependencies);
     match cli.command {
         Some(Command::Plugin { action }) => wasmlet_node::plugin_tools::main(action),
         Some(Command::Sandbox { args }) => wasmlet_runtime_wasm::sandbox::main(args),
@@ -60,13 +62,33 @@ fn raise_open_files_limit() {
     }
 }
 
-fn init_tracing(default: &str) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
+/// Logs to stderr through `RUST_LOG`'s filter, or `default` without it.
+///
+/// Crates that log through `log` (Cranelift, regalloc2, rustls) are bridged at
+/// `dependencies` at most: a filter's most verbose directive (the plugin tools'
+/// `plugin=trace`) would otherwise send every `log::trace!` of the compiler
+/// through the filter, a quarter of a debug build's compile time. A `RUST_LOG` of
+/// the user's own is bridged at its most verbose level.
+fn init_tracing(default: &str, dependencies: tracing_log::log::LevelFilter) {
+    let (filter, bridged) = match EnvFilter::try_from_default_env() {
+        Ok(filter) => {
+            let level = filter.max_level_hint().map_or(dependencies, |l| l.as_log());
+            (filter, level)
+        }
+        Err(_) => (EnvFilter::new(default), dependencies),
+    };
+    let subscriber = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).expect("the first subscriber");
+    if let Err(e) = tracing_log::LogTracer::builder()
+        .with_max_level(bridged)
+        .init()
+    {
+        tracing::warn!("records of crates that log through `log` are lost: {e}");
+    }
 }
 
 fn run_node(cli: Cli) -> ExitCode {
