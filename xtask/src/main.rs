@@ -78,15 +78,8 @@ enum Bench {
         /// Pods started one after another.
         #[arg(long, default_value_t = 50)]
         pods: usize,
-        /// Fork sandboxes from a zygote (`wasmlet.sandboxZygote`).
-        #[arg(long)]
-        zygote: bool,
-        /// Build and run the debug binary instead of the release one.
-        #[arg(long)]
-        debug: bool,
-        /// Also print the figures as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        run: bench::WasmRun,
     },
     /// N Wasm pods written at once, module cached: until all run, the node's
     /// `/healthz` latency, PLEG relist time and RSS meanwhile; then their removal;
@@ -95,15 +88,8 @@ enum Bench {
         /// Pods written at once (`maxPods` is raised to fit them).
         #[arg(long, default_value_t = 100)]
         pods: usize,
-        /// Fork sandboxes from a zygote (`wasmlet.sandboxZygote`).
-        #[arg(long)]
-        zygote: bool,
-        /// Build and run the debug binary instead of the release one.
-        #[arg(long)]
-        debug: bool,
-        /// Also print the figures as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        run: bench::WasmRun,
     },
     /// The memory of N running Wasm pods: Pss and private dirty per sandbox
     /// process, the node's RSS; beside the Pss of as many `sleep` processes.
@@ -111,15 +97,8 @@ enum Bench {
         /// Pods running at once (`maxPods` is raised to fit them).
         #[arg(long, default_value_t = 100)]
         pods: usize,
-        /// Fork sandboxes from a zygote (`wasmlet.sandboxZygote`).
-        #[arg(long)]
-        zygote: bool,
-        /// Build and run the debug binary instead of the release one.
-        #[arg(long)]
-        debug: bool,
-        /// Also print the figures as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        run: bench::WasmRun,
     },
     /// Wasm pods that run to completion, N in flight: written → Succeeded →
     /// removed, pods per second over a window; beside /bin/true runs.
@@ -130,15 +109,8 @@ enum Bench {
         /// Pods in flight at once.
         #[arg(long, default_value_t = 20)]
         in_flight: usize,
-        /// Fork sandboxes from a zygote (`wasmlet.sandboxZygote`).
-        #[arg(long)]
-        zygote: bool,
-        /// Build and run the debug binary instead of the release one.
-        #[arg(long)]
-        debug: bool,
-        /// Also print the figures as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        run: bench::WasmRun,
     },
     /// One plugin call against the same work done natively: p50/p99 of the
     /// http-json-probe and priority-eviction examples, each call on a fresh
@@ -226,42 +198,22 @@ fn main() -> anyhow::Result<()> {
             bench: Bench::PluginCall { calls, debug, json },
         } => bench::plugin_call(calls, debug, json),
         Task::Bench {
-            bench:
-                Bench::WasmSingle {
-                    pods,
-                    zygote,
-                    debug,
-                    json,
-                },
-        } => bench::wasm_single(pods, zygote, debug, json),
+            bench: Bench::WasmSingle { pods, run },
+        } => bench::wasm_single(pods, run),
         Task::Bench {
-            bench:
-                Bench::WasmBurst {
-                    pods,
-                    zygote,
-                    debug,
-                    json,
-                },
-        } => bench::wasm_burst(pods, zygote, debug, json),
+            bench: Bench::WasmBurst { pods, run },
+        } => bench::wasm_burst(pods, run),
         Task::Bench {
-            bench:
-                Bench::Density {
-                    pods,
-                    zygote,
-                    debug,
-                    json,
-                },
-        } => bench::density(pods, zygote, debug, json),
+            bench: Bench::Density { pods, run },
+        } => bench::density(pods, run),
         Task::Bench {
             bench:
                 Bench::Churn {
                     seconds,
                     in_flight,
-                    zygote,
-                    debug,
-                    json,
+                    run,
                 },
-        } => bench::churn(seconds, in_flight, zygote, debug, json),
+        } => bench::churn(seconds, in_flight, run),
         Task::Bench {
             bench: Bench::Idle { seconds, debug },
         } => bench::idle(seconds, debug),

@@ -9,9 +9,9 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use wasmlet_testkit::node::{NodeOptions, TestNode, poll};
+use wasmlet_testkit::node::{TestNode, poll};
 
-use super::{build_node, ms, percentile};
+use super::{WasmRun, ms, percentile};
 
 /// How often `/pods` is read.
 const POLL_EVERY: Duration = Duration::from_millis(2);
@@ -41,26 +41,11 @@ enum Stage {
 }
 
 /// `cargo xtask bench churn`.
-pub fn churn(
-    seconds: u64,
-    in_flight: usize,
-    zygote: bool,
-    debug: bool,
-    json: bool,
-) -> anyhow::Result<()> {
+pub fn churn(seconds: u64, in_flight: usize, run: WasmRun) -> anyhow::Result<()> {
     if in_flight == 0 || seconds == 0 {
         bail!("--in-flight and --seconds must be at least 1");
     }
-    let binary = build_node(debug)?;
-    let node = TestNode::start(
-        &binary,
-        NodeOptions {
-            images: vec!["hello".into()],
-            kubelet_config: format!("maxPods: {}\n", in_flight + 10),
-            wasmlet_config: super::sandboxes(zygote),
-            ..Default::default()
-        },
-    )?;
+    let node = run.start_node(&["hello"], format!("maxPods: {}\n", in_flight + 10))?;
     // The first pod compiles the module; the run finds it cached.
     node.write_manifest("cold.yaml", &hello_yaml("cold"))?;
     poll(CYCLE_TIMEOUT, || {
@@ -154,9 +139,8 @@ pub fn churn(
         baseline_processes_per_second: baseline,
     };
     println!(
-        "churn ({} build, sandboxes {}, hello pods with restartPolicy Never, {in_flight} in flight, {:.1} s; /pods polled every {POLL_EVERY:?})",
-        if debug { "debug" } else { "release" },
-        super::sandboxes_how(zygote),
+        "churn ({}, hello pods with restartPolicy Never, {in_flight} in flight, {:.1} s; /pods polled every {POLL_EVERY:?})",
+        run.how(),
         f.seconds
     );
     println!(
@@ -171,9 +155,7 @@ pub fn churn(
         "  baseline: /bin/true runs      : {:.0} processes/s, {in_flight} at a time",
         f.baseline_processes_per_second
     );
-    if json {
-        println!("{}", serde_json::to_string(&f)?);
-    }
+    run.print_json(&f)?;
     Ok(())
 }
 

@@ -7,9 +7,9 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use wasmlet_testkit::node::{NodeOptions, TestNode, rss_kib};
+use wasmlet_testkit::node::rss_kib;
 
-use super::{build_node, first_pod, pod_yaml, pss_of, remove_pods, smaps_kib, start_pods};
+use super::{WasmRun, first_pod, pod_yaml, pss_of, remove_pods, smaps_kib, start_pods};
 
 /// How long the pods run before they are measured.
 const SETTLE: Duration = Duration::from_secs(3);
@@ -27,20 +27,11 @@ struct Figures {
 }
 
 /// `cargo xtask bench density`.
-pub fn density(pods: usize, zygote: bool, debug: bool, json: bool) -> anyhow::Result<()> {
+pub fn density(pods: usize, run: WasmRun) -> anyhow::Result<()> {
     if pods == 0 {
         bail!("--pods must be at least 1");
     }
-    let binary = build_node(debug)?;
-    let node = TestNode::start(
-        &binary,
-        NodeOptions {
-            images: vec!["ticker".into()],
-            kubelet_config: format!("maxPods: {}\n", pods + 10),
-            wasmlet_config: super::sandboxes(zygote),
-            ..Default::default()
-        },
-    )?;
+    let node = run.start_node(&["ticker"], format!("maxPods: {}\n", pods + 10))?;
     first_pod(&node, &pod_yaml)?;
     let poll_every = Duration::from_millis((pods as u64 / 20).max(5));
     start_pods(&node, pods, &pod_yaml, poll_every)?;
@@ -85,9 +76,8 @@ pub fn density(pods: usize, zygote: bool, debug: bool, json: bool) -> anyhow::Re
         baseline_sleep_pss_mean_mib: mib(sleep_pss) / n,
     };
     println!(
-        "density ({} build, sandboxes {}, {pods} ticker pods running, measured {SETTLE:?} after the last started)",
-        if debug { "debug" } else { "release" },
-        super::sandboxes_how(zygote)
+        "density ({}, {pods} ticker pods running, measured {SETTLE:?} after the last started)",
+        run.how(),
     );
     println!(
         "  sandbox Pss per pod      : {:.2} MiB mean, {:.2} MiB max",
@@ -101,7 +91,7 @@ pub fn density(pods: usize, zygote: bool, debug: bool, json: bool) -> anyhow::Re
         "  sandbox RSS              : {:.2} MiB mean (shared pages counted in each)",
         f.sandbox_rss_mean_mib
     );
-    if zygote {
+    if run.zygote {
         println!(
             "  the zygote's Pss         : {:.2} MiB ({:.3} MiB per pod)",
             f.zygote_pss_mib,
@@ -113,8 +103,6 @@ pub fn density(pods: usize, zygote: bool, debug: bool, json: bool) -> anyhow::Re
         "  baseline: Pss of a sleep : {:.2} MiB mean over {pods}",
         f.baseline_sleep_pss_mean_mib
     );
-    if json {
-        println!("{}", serde_json::to_string(&f)?);
-    }
+    run.print_json(&f)?;
     Ok(())
 }

@@ -71,22 +71,60 @@ pub fn plugin_call(calls: usize, debug: bool, json: bool) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// The node's `wasmlet:` lines for how it starts Wasm sandboxes: forked from a
-/// zygote, or each program run anew (the default).
-fn sandboxes(zygote: bool) -> String {
-    if zygote {
-        "  sandboxZygote: true\n".into()
-    } else {
-        String::new()
-    }
+/// How the Wasm benches (`wasm-single`, `wasm-burst`, `density`, `churn`) run
+/// their node and report.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct WasmRun {
+    /// Fork sandboxes from a zygote (`wasmlet.sandboxZygote`).
+    #[arg(long)]
+    pub zygote: bool,
+    /// Build and run the debug binary instead of the release one.
+    #[arg(long)]
+    pub debug: bool,
+    /// Also print the figures as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
-/// How a bench's node starts its sandboxes, for its title.
-fn sandboxes_how(zygote: bool) -> &'static str {
-    if zygote {
-        "forked from a zygote"
-    } else {
-        "each a new process"
+impl WasmRun {
+    /// Builds the node and starts it with these example images and kubelet
+    /// configuration lines; sandboxes forked from a zygote when asked.
+    fn start_node(&self, images: &[&str], kubelet_config: String) -> anyhow::Result<TestNode> {
+        let binary = build_node(self.debug)?;
+        TestNode::start(
+            &binary,
+            NodeOptions {
+                images: images.iter().map(|i| i.to_string()).collect(),
+                kubelet_config,
+                wasmlet_config: if self.zygote {
+                    "  sandboxZygote: true\n".into()
+                } else {
+                    String::new()
+                },
+                ..Default::default()
+            },
+        )
+    }
+
+    /// The build and how sandboxes start, for a bench's title.
+    fn how(&self) -> String {
+        format!(
+            "{} build, sandboxes {}",
+            if self.debug { "debug" } else { "release" },
+            if self.zygote {
+                "forked from a zygote"
+            } else {
+                "each a new process"
+            }
+        )
+    }
+
+    /// Prints the figures as one JSON line when asked.
+    fn print_json(&self, figures: &impl serde::Serialize) -> anyhow::Result<()> {
+        if self.json {
+            println!("{}", serde_json::to_string(figures)?);
+        }
+        Ok(())
     }
 }
 

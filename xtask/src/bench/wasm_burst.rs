@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use wasmlet_testkit::node::{NodeOptions, TestNode, http_get, rss_kib};
+use wasmlet_testkit::node::{TestNode, http_get, rss_kib};
 
 use super::scrape::{self, Histogram};
-use super::{build_node, first_pod, ms, percentile, pod_yaml, remove_pods, start_pods};
+use super::{WasmRun, first_pod, ms, percentile, pod_yaml, remove_pods, start_pods};
 
 /// How often `/healthz` is asked during the run.
 const HEALTHZ_EVERY: Duration = Duration::from_millis(20);
@@ -100,20 +100,14 @@ fn spawn_baseline(pods: usize) -> anyhow::Result<Duration> {
 }
 
 /// `cargo xtask bench wasm-burst`.
-pub fn wasm_burst(pods: usize, zygote: bool, debug: bool, json: bool) -> anyhow::Result<()> {
+pub fn wasm_burst(pods: usize, run: WasmRun) -> anyhow::Result<()> {
     if pods == 0 {
         bail!("--pods must be at least 1");
     }
-    let binary = build_node(debug)?;
-    let node = TestNode::start(
-        &binary,
-        NodeOptions {
-            images: vec!["ticker".into()],
-            // Room for the pods (the kubelet's default is 110) and the first one.
-            kubelet_config: format!("{}maxPods: {}\n", scrape::ANONYMOUS_API, pods + 10),
-            wasmlet_config: super::sandboxes(zygote),
-            ..Default::default()
-        },
+    // Room for the pods (the kubelet's default is 110) and the first one.
+    let node = run.start_node(
+        &["ticker"],
+        format!("{}maxPods: {}\n", scrape::ANONYMOUS_API, pods + 10),
     )?;
     let cold = first_pod(&node, &pod_yaml)?;
     let rss_before = rss_kib(node.pid());
@@ -169,9 +163,8 @@ pub fn wasm_burst(pods: usize, zygote: bool, debug: bool, json: bool) -> anyhow:
         baseline_spawn_all_ms: ms(baseline),
     };
     println!(
-        "wasm-burst ({} build, sandboxes {}, {pods} ticker pods written at once, module compiled before by a first pod in {:.1} ms; /pods polled every {poll_every:?}, /healthz every {HEALTHZ_EVERY:?})",
-        if debug { "debug" } else { "release" },
-        super::sandboxes_how(zygote),
+        "wasm-burst ({}, {pods} ticker pods written at once, module compiled before by a first pod in {:.1} ms; /pods polled every {poll_every:?}, /healthz every {HEALTHZ_EVERY:?})",
+        run.how(),
         ms(cold)
     );
     println!(
@@ -207,8 +200,6 @@ pub fn wasm_burst(pods: usize, zygote: bool, debug: bool, json: bool) -> anyhow:
         f.sandboxes_rss_mib,
         f.sandboxes_rss_mib / pods as f64
     );
-    if json {
-        println!("{}", serde_json::to_string(&f)?);
-    }
+    run.print_json(&f)?;
     Ok(())
 }

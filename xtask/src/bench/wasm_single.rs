@@ -8,10 +8,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use wasmlet_testkit::node::{NodeOptions, TestNode, poll};
+use wasmlet_testkit::node::{TestNode, poll};
 
 use super::scrape::{self, Histogram};
-use super::{build_node, first_pod, ms, percentile, pod_yaml, running_pods};
+use super::{WasmRun, first_pod, ms, percentile, pod_yaml, running_pods};
 
 /// How often `/pods` is read while a pod starts: the outside figure's resolution.
 const POLL_EVERY: Duration = Duration::from_micros(500);
@@ -49,20 +49,11 @@ const RUNTIME_OPERATIONS: &str = "kubelet_runtime_operations_duration_seconds";
 const POD_WORKER: &str = "kubelet_pod_worker_duration_seconds";
 
 /// `cargo xtask bench wasm-single`.
-pub fn wasm_single(pods: usize, zygote: bool, debug: bool, json: bool) -> anyhow::Result<()> {
+pub fn wasm_single(pods: usize, run: WasmRun) -> anyhow::Result<()> {
     if pods == 0 {
         bail!("--pods must be at least 1");
     }
-    let binary = build_node(debug)?;
-    let node = TestNode::start(
-        &binary,
-        NodeOptions {
-            images: vec!["ticker".into()],
-            kubelet_config: scrape::ANONYMOUS_API.into(),
-            wasmlet_config: super::sandboxes(zygote),
-            ..Default::default()
-        },
-    )?;
+    let node = run.start_node(&["ticker"], scrape::ANONYMOUS_API.into())?;
     // The first pod of the image compiles its module; the rest find it cached.
     let cold = first_pod(&node, &pod_yaml)?;
 
@@ -130,9 +121,8 @@ pub fn wasm_single(pods: usize, zygote: bool, debug: bool, json: bool) -> anyhow
         row("floor: fork+exec+wait of /bin/true", floor),
     ];
     println!(
-        "wasm-single ({} build, sandboxes {}, ticker image, module compiled once before: {:.1} ms for that first pod; one pod at a time, removed before the next; /pods polled every {POLL_EVERY:?})",
-        if debug { "debug" } else { "release" },
-        super::sandboxes_how(zygote),
+        "wasm-single ({}, ticker image, module compiled once before: {:.1} ms for that first pod; one pod at a time, removed before the next; /pods polled every {POLL_EVERY:?})",
+        run.how(),
         ms(cold)
     );
     println!(
@@ -154,8 +144,6 @@ pub fn wasm_single(pods: usize, zygote: bool, debug: bool, json: bool) -> anyhow
             println!("    {what:<18} {op:<24} {n:>6} × {mean:>8.2} ms mean");
         }
     }
-    if json {
-        println!("{}", serde_json::to_string(&rows)?);
-    }
+    run.print_json(&rows)?;
     Ok(())
 }
