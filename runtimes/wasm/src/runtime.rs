@@ -48,6 +48,7 @@ use crate::protocol::{
     ContainerReport, ContainerSpec, ErrorKind, ExecOutput, Exit, KILLED_EXIT_CODE, Message, Op,
     Preopen, ReportState, Request, StreamKind, StreamReply, StreamRequest, frame,
 };
+use crate::sandbox::Starting;
 
 /// The RuntimeClass handler name that selects this runtime.
 pub const HANDLER: &str = "wasmtime";
@@ -157,27 +158,24 @@ impl Started {
             Started::Forked(f) => Some(f.pid),
         }
     }
+}
 
-    fn kill(&mut self) {
+impl crate::sandbox::Starting for Started {
+    /// A forked sandbox's exit status is the zygote's to see, not the node's.
+    async fn ended(&mut self) -> String {
         match self {
-            Started::Child(c) => {
-                let _ = c.start_kill();
-            }
-            Started::Forked(f) => f.kill(),
+            Started::Child(c) => c.ended().await,
+            Started::Forked(f) => match f.pidfd.readable().await {
+                Ok(_) => "its exit status is the zygote's".to_owned(),
+                Err(e) => format!("waiting on its pidfd failed: {e}"),
+            },
         }
     }
 
-    /// Waits until the process has ended; how it ended, as far as the node can see.
-    async fn wait(&mut self) -> String {
+    fn sigkill(&mut self) {
         match self {
-            Started::Child(c) => match c.wait().await {
-                Ok(status) => status.to_string(),
-                Err(e) => format!("wait failed: {e}"),
-            },
-            Started::Forked(f) => match f.pidfd.readable().await {
-                Ok(_) => "it ended".to_owned(),
-                Err(e) => format!("waiting on its pidfd failed: {e}"),
-            },
+            Started::Child(c) => c.sigkill(),
+            Started::Forked(f) => f.kill(),
         }
     }
 }
@@ -606,7 +604,7 @@ impl WasmRuntime {
             }
             handle.conn.lock().await.take();
             let how = match child {
-                Some(mut child) => child.wait().await,
+                Some(mut child) => child.ended().await,
                 None => "its connection closed".to_owned(),
             };
             tracing::debug!(sandbox = %handle.id, pod = %handle.config.metadata.uid, "sandbox process ended: {how}");
@@ -985,8 +983,8 @@ impl WasmRuntime {
                     if source.raw_os_error() == Some(nix::errno::Errno::ESRCH as i32)
                         || source.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
-                    started.kill();
-                    let _ = started.wait().await;
+                    started.sigkill();
+                    let _ = started.ended().await;
                     return Err(Error::internal_from(format!("sandbox process {pid}"), e));
                 }
             }
@@ -1006,38 +1004,21 @@ impl WasmRuntime {
         .map_err(|e| internal("recording the sandbox in", e))?;
 
         // The sandbox says when it listens, or dies trying.
-        let deadline = tokio::time::Instant::now() + SANDBOX_START_TIMEOUT;
-        let failed = match crate::sandbox::read_listening(stdout, deadline).await {
-            Ok(crate::sandbox::Said::Listening) => None,
-            Ok(crate::sandbox::Said::Closed) => {
-                // Ending: how, once it has (or the deadline came first).
-                let how = tokio::time::timeout_at(deadline, started.wait()).await;
-                Some(match how {
-                    Ok(how) => format!("ended ({how}) before listening"),
-                    Err(_) => "closed its standard output and did not end".to_owned(),
-                })
-            }
-            Ok(crate::sandbox::Said::Unexpected(said)) => {
-                Some(format!("wrote {said:?} instead of saying it listens"))
-            }
-            Ok(crate::sandbox::Said::Nothing) => {
-                started.kill();
-                let _ = started.wait().await;
+        match crate::sandbox::wait_listening_of(&mut started, stdout, SANDBOX_START_TIMEOUT).await {
+            Ok(()) => {}
+            Err(crate::sandbox::NotListening::Timeout(after)) => {
                 return Err(Error::Timeout {
                     operation: "starting a sandbox",
-                    after: SANDBOX_START_TIMEOUT,
+                    after,
                 });
             }
-            Err(e) => Some(format!("reading its standard output: {e}")),
-        };
-        if let Some(failed) = failed {
-            started.kill();
-            let _ = started.wait().await;
-            let log = std::fs::read_to_string(dir.join("sandbox.log")).unwrap_or_default();
-            return Err(Error::internal(format!(
-                "sandbox process {failed}: {}",
-                log.trim()
-            )));
+            Err(e) => {
+                let log = std::fs::read_to_string(dir.join("sandbox.log")).unwrap_or_default();
+                return Err(Error::internal(format!(
+                    "sandbox process {e}: {}",
+                    log.trim()
+                )));
+            }
         }
         let stream = UnixStream::connect(&socket)
             .await
@@ -1209,15 +1190,8 @@ impl WasmRuntime {
         let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) else {
             return;
         };
-        let needle = self.inner.config.state_dir.as_os_str().as_encoded_bytes();
-        let ours = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle));
-        if ours && pid != std::process::id() as i32 {
-            tracing::warn!(pid, socket = %socket.display(), "killing an unreachable sandbox process");
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+        if cmdline_names(pid, &self.inner.config.state_dir) {
+            kill_unreachable_process(pid, socket);
         }
     }
 }
@@ -1226,7 +1200,6 @@ impl WasmRuntime {
 /// with `--socket <path>`), so that an unreachable sandbox never runs beside its
 /// replacement.
 fn kill_processes_serving(socket: &std::path::Path) {
-    let needle = socket.as_os_str().as_encoded_bytes();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return;
     };
@@ -1234,16 +1207,26 @@ fn kill_processes_serving(socket: &std::path::Path) {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
     {
-        let serves = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle));
-        if serves && pid != std::process::id() as i32 {
-            tracing::warn!(pid, socket = %socket.display(), "killing an unreachable sandbox process");
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+        if cmdline_names(pid, socket) {
+            kill_unreachable_process(pid, socket);
         }
     }
+}
+
+/// Whether process `pid`'s command line names `path` (and it is not this process).
+fn cmdline_names(pid: i32, path: &std::path::Path) -> bool {
+    let needle = path.as_os_str().as_encoded_bytes();
+    pid != std::process::id() as i32
+        && std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle))
+}
+
+fn kill_unreachable_process(pid: i32, socket: &std::path::Path) {
+    tracing::warn!(pid, socket = %socket.display(), "killing an unreachable sandbox process");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
 }
 
 /// How far along its life a container is.

@@ -65,7 +65,7 @@ mod stream;
 pub mod zygote;
 
 pub use http::{DEFAULT_HTTP_PORT, MAX_CONCURRENCY as HTTP_MAX_CONCURRENCY};
-pub use ready::{LISTENING, NotListening, Said, read_listening, wait_listening};
+pub use ready::{LISTENING, NotListening, Starting, wait_listening, wait_listening_of};
 
 /// How often the engine's epoch advances; the granularity of cancellation.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);

@@ -4,7 +4,6 @@
 //! The starter reads the pipe: no polling of the socket, and the end of the pipe
 //! without the line means the process is gone.
 
-use std::process::ExitStatus;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
@@ -16,18 +15,36 @@ pub const LISTENING: &[u8] = b"listening\n";
 /// Why a sandbox process did not come to listen.
 #[derive(Debug, thiserror::Error)]
 pub enum NotListening {
-    #[error("exited ({0}) before listening")]
-    Exited(ExitStatus),
-    /// A process the node did not start itself ended; its exit status is not the
-    /// node's to see.
-    #[error("ended before listening")]
-    Ended,
+    /// How it ended, as far as its starter can see ([`Starting::ended`]).
+    #[error("ended ({0}) before listening")]
+    Ended(String),
     #[error("did not listen within {0:?}")]
     Timeout(Duration),
     #[error("wrote {0:?} instead of saying it listens")]
     Unexpected(String),
     #[error("reading its standard output: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// A sandbox process as its starter holds it: its own child, or one a zygote forked.
+pub trait Starting {
+    /// Waits until it has ended; how, as far as the starter can see.
+    fn ended(&mut self) -> impl Future<Output = String>;
+    /// Sends it SIGKILL; [`Starting::ended`] waits for it.
+    fn sigkill(&mut self);
+}
+
+impl Starting for Child {
+    async fn ended(&mut self) -> String {
+        match self.wait().await {
+            Ok(status) => status.to_string(),
+            Err(e) => format!("wait failed: {e}"),
+        }
+    }
+
+    fn sigkill(&mut self) {
+        let _ = self.start_kill();
+    }
 }
 
 /// Tells the process's starter that it listens (see the module's documentation).
@@ -45,7 +62,7 @@ pub(crate) fn announce() {
 
 /// What a sandbox process's standard output said before [`wait_listening`]'s deadline.
 #[derive(Debug)]
-pub enum Said {
+enum Said {
     /// [`LISTENING`].
     Listening,
     /// Nothing, and the pipe closed: the process is ending.
@@ -58,7 +75,7 @@ pub enum Said {
 
 /// Reads what the sandbox process whose standard output is `out` says until
 /// `deadline` (see the module's documentation).
-pub async fn read_listening(
+async fn read_listening(
     mut out: impl tokio::io::AsyncRead + Unpin,
     deadline: tokio::time::Instant,
 ) -> std::io::Result<Said> {
@@ -91,25 +108,34 @@ pub async fn read_listening(
 }
 
 /// Waits until `child`, a sandbox process started with its standard output piped, says
-/// it listens. It is killed when it has not within `timeout`, or when it wrote anything
-/// else; when it exits first, its exit status is the error.
+/// it listens (see [`wait_listening_of`]).
 pub async fn wait_listening(child: &mut Child, timeout: Duration) -> Result<(), NotListening> {
     let Some(out) = child.stdout.take() else {
         return Err(std::io::Error::other("its standard output is not a pipe").into());
     };
+    wait_listening_of(child, out, timeout).await
+}
+
+/// Waits until `process`, whose standard output is `out`, says it listens. It is
+/// killed when it has not within `timeout`, or when it wrote anything else; when it
+/// ends first, how it ended is the error.
+pub async fn wait_listening_of(
+    process: &mut impl Starting,
+    out: impl tokio::io::AsyncRead + Unpin,
+    timeout: Duration,
+) -> Result<(), NotListening> {
     let deadline = tokio::time::Instant::now() + timeout;
     let outcome = match read_listening(out, deadline).await {
         Ok(Said::Listening) => return Ok(()),
-        Ok(Said::Closed) => match tokio::time::timeout_at(deadline, child.wait()).await {
-            Ok(Ok(status)) => return Err(NotListening::Exited(status)),
-            Ok(Err(e)) => NotListening::Io(e),
+        Ok(Said::Closed) => match tokio::time::timeout_at(deadline, process.ended()).await {
+            Ok(how) => return Err(NotListening::Ended(how)),
             Err(_) => NotListening::Timeout(timeout),
         },
         Ok(Said::Unexpected(said)) => NotListening::Unexpected(said),
         Ok(Said::Nothing) => NotListening::Timeout(timeout),
         Err(e) => NotListening::Io(e),
     };
-    let _ = child.start_kill();
-    let _ = child.wait().await;
+    process.sigkill();
+    let _ = process.ended().await;
     Err(outcome)
 }

@@ -213,32 +213,7 @@ fn become_sandbox(request: Request, stdio: [OwnedFd; 2], prebuilt: Prebuilt) -> 
 /// Reads one request and the two descriptors beside it.
 fn receive(conn: &OwnedFd) -> std::io::Result<(Request, [OwnedFd; 2])> {
     let mut buf = vec![0u8; MAX_REQUEST];
-    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 2]);
-    let (len, fds) = {
-        let mut iov = [IoSliceMut::new(&mut buf)];
-        let msg = socket::recvmsg::<()>(
-            conn.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )?;
-        let mut fds = Vec::new();
-        for c in msg.cmsgs()? {
-            if let ControlMessageOwned::ScmRights(received) = c {
-                // SAFETY: descriptors just received are this process's and nobody
-                // else's.
-                fds.extend(
-                    received
-                        .into_iter()
-                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                );
-            }
-        }
-        if msg.flags.contains(MsgFlags::MSG_TRUNC) {
-            return Err(std::io::Error::other("the request is too long"));
-        }
-        (msg.bytes, fds)
-    };
+    let (len, fds) = receive_with_fds::<2>(conn, &mut buf)?;
     let stdio: [OwnedFd; 2] = fds.try_into().map_err(|fds: Vec<OwnedFd>| {
         std::io::Error::other(format!(
             "{} descriptors came with the request, not 2",
@@ -248,6 +223,37 @@ fn receive(conn: &OwnedFd) -> std::io::Result<(Request, [OwnedFd; 2])> {
     let request = serde_json::from_slice(&buf[..len])
         .map_err(|e| std::io::Error::other(format!("the request: {e}")))?;
     Ok((request, stdio))
+}
+
+/// Receives one message into `buf` with up to `N` descriptors beside it (close on
+/// exec): its length and the descriptors. A message longer than `buf` is an error.
+fn receive_with_fds<const N: usize>(
+    conn: &OwnedFd,
+    buf: &mut [u8],
+) -> std::io::Result<(usize, Vec<OwnedFd>)> {
+    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; N]);
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = socket::recvmsg::<()>(
+        conn.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(received) = c {
+            // SAFETY: descriptors just received are this process's and nobody else's.
+            fds.extend(
+                received
+                    .into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
+        }
+    }
+    if msg.flags.contains(MsgFlags::MSG_TRUNC) {
+        return Err(std::io::Error::other("the message is too long"));
+    }
+    Ok((msg.bytes, fds))
 }
 
 /// Answers a request, with a descriptor beside the text.
@@ -296,24 +302,8 @@ pub fn fork(
         None,
     )?;
     let mut buf = [0u8; 4096];
-    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-    let mut iov = [IoSliceMut::new(&mut buf)];
-    let msg = socket::recvmsg::<()>(
-        conn.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )?;
-    let mut pidfd = None;
-    for c in msg.cmsgs()? {
-        if let ControlMessageOwned::ScmRights(received) = c {
-            for fd in received {
-                // SAFETY: a descriptor just received is this process's alone.
-                pidfd = Some(unsafe { OwnedFd::from_raw_fd(fd) });
-            }
-        }
-    }
-    let len = msg.bytes;
+    let (len, fds) = receive_with_fds::<1>(&conn, &mut buf)?;
+    let pidfd = fds.into_iter().next();
     let text = String::from_utf8_lossy(&buf[..len]).into_owned();
     if len == 0 {
         return Err(std::io::Error::other(
