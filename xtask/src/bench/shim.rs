@@ -5,7 +5,6 @@
 //! processes.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -18,8 +17,7 @@ use super::{ms, percentile, pss_of};
 
 fn build_shim(debug: bool) -> anyhow::Result<PathBuf> {
     let root = images::workspace_root()?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
+    let mut cmd = super::cargo();
     cmd.current_dir(&root).args([
         "build",
         "-p",
