@@ -49,7 +49,7 @@ pub fn churn(seconds: u64, in_flight: usize, run: WasmRun) -> anyhow::Result<()>
     // The first pod compiles the module; the run finds it cached.
     node.write_manifest("cold.yaml", &hello_yaml("cold"))?;
     poll(CYCLE_TIMEOUT, || {
-        (phase(&node, &format!("cold-{}", node.node_name))? == "Succeeded").then_some(())
+        (phase(&node, "cold")? == "Succeeded").then_some(())
     })
     .context("the first pod never succeeded")?;
     node.remove_manifest("cold.yaml")?;
