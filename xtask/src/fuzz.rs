@@ -46,7 +46,7 @@ pub fn fuzz(targets: Vec<String>, seconds: u64, jobs: usize, json: bool) -> anyh
         }
         targets
     };
-    let version = Command::new("cargo").args(["fuzz", "--version"]).output();
+    let version = crate::cargo().args(["fuzz", "--version"]).output();
     if !version.as_ref().is_ok_and(|o| o.status.success()) {
         bail!("cargo-fuzz is not installed: scripts/install-deps.sh installs it");
     }
@@ -167,7 +167,7 @@ fn all_targets(fuzz_dir: &Path) -> anyhow::Result<Vec<String>> {
 }
 
 fn cargo_fuzz(fuzz_dir: &Path, target_dir: &Path) -> Command {
-    let mut cmd = Command::new("cargo");
+    let mut cmd = crate::cargo();
     cmd.arg("fuzz")
         .current_dir(fuzz_dir.parent().unwrap_or(fuzz_dir))
         .env("CARGO_TARGET_DIR", target_dir);

@@ -5,6 +5,7 @@
 //! can run the same code.
 
 use std::path::PathBuf;
+use std::process::Command;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -14,6 +15,28 @@ use wasmlet_testkit::images;
 mod bench;
 mod fuzz;
 mod soak;
+
+/// The cargo that runs this xtask, for a build of its own, without the variables
+/// `cargo run` set for the xtask: some build scripts (ring's) depend on
+/// `CARGO_PKG_NAME` and the like, so a build that inherits them would compile again
+/// what `cargo build` compiled, and the next `cargo build` again.
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    for (name, _) in std::env::vars_os() {
+        let inherited = name.to_str().is_some_and(|n| {
+            n.starts_with("CARGO_PKG_")
+                || n.starts_with("CARGO_MANIFEST_")
+                || matches!(
+                    n,
+                    "CARGO_BIN_NAME" | "CARGO_CRATE_NAME" | "CARGO_PRIMARY_PACKAGE"
+                )
+        });
+        if inherited {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
+}
 
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask", about = "wasmlet build tasks")]

@@ -24,7 +24,7 @@ fn wasmlet_binary() -> Result<PathBuf> {
         .context("the target directory")?;
     anyhow::ensure!(
         bin.is_file(),
-        "{} is not built: run `cargo build -p wasmlet-node --bin wasmlet` (or the whole \
+        "{} is not built: run `cargo build --bin wasmlet` (or the whole \
          workspace's tests) first",
         bin.display()
     );

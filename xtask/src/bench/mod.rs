@@ -38,35 +38,13 @@ pub use shim::shim;
 pub use wasm_burst::wasm_burst;
 pub use wasm_single::wasm_single;
 
-/// The cargo that runs this xtask, for a build of its own, without the variables
-/// `cargo run` set for the xtask: some build scripts (ring's) depend on
-/// `CARGO_PKG_NAME` and the like, so a build that inherits them would compile again
-/// what `cargo build` compiled, and the next `cargo build` again.
-pub(crate) fn cargo() -> Command {
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    for (name, _) in std::env::vars_os() {
-        let inherited = name.to_str().is_some_and(|n| {
-            n.starts_with("CARGO_PKG_")
-                || n.starts_with("CARGO_MANIFEST_")
-                || matches!(
-                    n,
-                    "CARGO_BIN_NAME" | "CARGO_CRATE_NAME" | "CARGO_PRIMARY_PACKAGE"
-                )
-        });
-        if inherited {
-            cmd.env_remove(name);
-        }
-    }
-    cmd
-}
-
 /// `bench plugin-call`: builds the example plugins, then runs the host's
 /// `plugin_call` example (release unless `debug`), which prints p50/p99 of plugin
 /// calls next to the same work done natively.
 pub fn plugin_call(calls: usize, debug: bool, json: bool) -> anyhow::Result<()> {
     let root = images::workspace_root()?;
     let plugins = images::ensure_plugins()?;
-    let mut cmd = cargo();
+    let mut cmd = crate::cargo();
     cmd.current_dir(&root).args([
         "run",
         "--quiet",
@@ -178,7 +156,7 @@ const BUSYBOX_COMMAND: [&str; 3] = ["sh", "-c", "exec sleep 1000"];
 
 pub(crate) fn build_node(debug: bool) -> anyhow::Result<std::path::PathBuf> {
     let root = images::workspace_root()?;
-    let mut cmd = cargo();
+    let mut cmd = crate::cargo();
     cmd.current_dir(&root)
         .args(["build", "-p", "wasmlet-node", "--bin", "wasmlet"]);
     if !debug {

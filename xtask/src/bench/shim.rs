@@ -17,7 +17,7 @@ use super::{ms, percentile, pss_of};
 
 fn build_shim(debug: bool) -> anyhow::Result<PathBuf> {
     let root = images::workspace_root()?;
-    let mut cmd = super::cargo();
+    let mut cmd = crate::cargo();
     cmd.current_dir(&root).args([
         "build",
         "-p",
