@@ -5,7 +5,8 @@
 //! ([`wait_listening`]), and speaks the [`crate::protocol`] over that socket. The sandbox outlives the node's
 //! connection (the node may crash and come back to adopt it) and ends on
 //! [`Op::Shutdown`]. Guests run as async tasks; the engine's epoch advances every
-//! [`EPOCH_TICK`], and at each tick a guest yields, so a stop cancels even a guest that
+//! [`EPOCH_TICK`] while a guest runs Wasm (slower, up to [`IDLE_TICK`], while none
+//! does: `epoch`), and at each tick a guest yields, so a stop cancels even a guest that
 //! never makes a host call. A guest that imports [`STOP_INTERFACE`] handles its stop
 //! itself, as a process that installed a SIGTERM handler: a stop raises its flag and
 //! waits for the guest to exit until the grace period is spent, then cancels it. A guest
@@ -59,6 +60,7 @@ use crate::protocol::{
 };
 use crate::stdio::{AttachHub, Capture, GuestOutput, Terminal};
 
+mod epoch;
 mod http;
 mod ready;
 mod stream;
@@ -67,8 +69,8 @@ pub mod zygote;
 pub use http::{DEFAULT_HTTP_PORT, MAX_CONCURRENCY as HTTP_MAX_CONCURRENCY};
 pub use ready::{LISTENING, NotListening, Starting, wait_listening, wait_listening_of};
 
-/// How often the engine's epoch advances; the granularity of cancellation.
-pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+use epoch::Epoch;
+pub use epoch::{EPOCH_TICK, IDLE_TICK};
 
 /// The cooperative stop signal a guest may import: `requested: func() -> bool` (for a
 /// core module, a function of no parameters returning an `i32`, 1 once a stop was
@@ -333,6 +335,7 @@ impl Prebuilt {
 
 struct Sandbox {
     engine: Engine,
+    epoch: Epoch,
     cache_dir: PathBuf,
     linkers: Linkers,
     containers: Mutex<HashMap<String, Slot>>,
@@ -499,17 +502,7 @@ async fn serve(
     } = listeners;
     let Prebuilt { engine, linkers } = prebuilt;
 
-    let ticker = engine.weak();
-    std::thread::Builder::new()
-        .name("epoch".into())
-        .spawn(move || {
-            while let Some(engine) = ticker.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(EPOCH_TICK);
-            }
-        })
-        .context("starting the epoch thread")?;
+    let epoch = Epoch::start(&engine).context("starting the epoch thread")?;
 
     // The node's side of the socket is the only one to answer; messages sent while no
     // node is connected are dropped (its next run asks for the states with `List`).
@@ -558,6 +551,7 @@ async fn serve(
 
     let sandbox = Arc::new(Sandbox {
         engine,
+        epoch,
         cache_dir,
         linkers,
         containers: Mutex::new(HashMap::new()),
@@ -699,6 +693,7 @@ impl Sandbox {
                         _ => None,
                     })
                     .collect();
+                self.epoch.hurry();
                 for (cancel, mut exited) in running {
                     cancel.cancel();
                     let _ = exited.wait_for(|e| *e).await;
@@ -759,6 +754,7 @@ impl Sandbox {
                         let grace = Duration::from_millis(timeout_ms);
                         let _ = tokio::time::timeout(grace, exited.wait_for(|e| *e)).await;
                     }
+                    self.epoch.hurry();
                     cancel.cancel();
                     let _ = exited.wait_for(|e| *e).await;
                 }
@@ -976,7 +972,7 @@ impl Sandbox {
             let exit = tokio::select! {
                 exit = async {
                     let _ = ready.await;
-                    run(&this.engine, &prepared, &log, attached, stdin, stop, memory).await
+                    run(&this.engine, &this.epoch, &prepared, &log, attached, stdin, stop, memory).await
                 } => exit,
                 () = cancel.cancelled() => Exit {
                     code: KILLED_EXIT_CODE,
@@ -1096,6 +1092,7 @@ impl Sandbox {
         // memory counted apart).
         let run = run_guest(
             &self.engine,
+            &self.epoch,
             &prepared.program,
             wasi,
             Arc::new(MemoryCap::new(limit)),
@@ -1183,6 +1180,7 @@ pub fn program_names(argv0: &str) -> Vec<String> {
 /// Runs one container's guest to the end and says how it ended.
 async fn run(
     engine: &Engine,
+    epoch: &Epoch,
     prepared: &Prepared,
     log: &CriLog,
     attached: Arc<AttachHub>,
@@ -1195,6 +1193,7 @@ async fn run(
         let wasi_spec = spec.clone();
         let proxy = Arc::new(http::Proxy {
             engine: engine.clone(),
+            epoch: epoch.clone(),
             pre: pre.clone(),
             wasi: Box::new(move || wasi_builder(&wasi_spec, &wasi_spec.argv)),
             log: log.clone(),
@@ -1226,7 +1225,7 @@ async fn run(
                     wasi.stdin(stdin);
                 }
             }
-            run_guest(engine, &prepared.program, wasi, memory, stop).await
+            run_guest(engine, epoch, &prepared.program, wasi, memory, stop).await
         }
         Err(e) => Exit {
             code: 128,
@@ -1240,6 +1239,7 @@ async fn run(
 /// `memory`, and runs it to the end: a container's guest or an exec.
 async fn run_guest(
     engine: &Engine,
+    epoch: &Epoch,
     program: &Program,
     mut wasi: WasiCtxBuilder,
     memory: Arc<MemoryCap>,
@@ -1257,7 +1257,7 @@ async fn run_guest(
                 },
             );
             store.limiter(|s| &mut s.limiter);
-            store.epoch_deadline_async_yield_and_update(1);
+            epoch.yield_at_ticks(&mut store);
             let result = async {
                 let instance = pre.instantiate_async(&mut store).await?;
                 let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
@@ -1279,7 +1279,7 @@ async fn run_guest(
                 },
             );
             store.limiter(|s| &mut s.limiter);
-            store.epoch_deadline_async_yield_and_update(1);
+            epoch.yield_at_ticks(&mut store);
             let result = async {
                 let command = pre.instantiate_async(&mut store).await?;
                 command.wasi_cli_run().call_run(&mut store).await

@@ -10,7 +10,6 @@
 //! http` ([`http::http`]) measures the `wasi:http` example against a native server.
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 

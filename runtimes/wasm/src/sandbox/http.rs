@@ -50,6 +50,7 @@ type Body = UnsyncBoxBody<Bytes, wasmtime_wasi_http::Error>;
 /// What the server needs for each request.
 pub(super) struct Proxy {
     pub engine: Engine,
+    pub epoch: super::Epoch,
     pub pre: ProxyPre<P2State>,
     /// The container's WASI context, less its stdio, made anew per request.
     pub wasi: Box<dyn Fn() -> wasmtime::Result<WasiCtxBuilder> + Send + Sync>,
@@ -160,7 +161,7 @@ async fn call(
     let memory = Arc::new(MemoryCap::new(proxy.memory.limit()));
     let mut store = Store::new(&proxy.engine, P2State::new(wasi.build(), memory));
     store.limiter(|s| &mut s.limiter);
-    store.epoch_deadline_async_yield_and_update(1);
+    proxy.epoch.yield_at_ticks(&mut store);
     let (sender, receiver) = tokio::sync::oneshot::channel();
     let incoming = store
         .data_mut()

@@ -239,6 +239,7 @@ async fn exec(
         tokio::select! {
             exit = run_guest(
                 &sandbox.engine,
+                &sandbox.epoch,
                 &prepared.program,
                 wasi,
                 Arc::new(MemoryCap::new(limit)),
