@@ -8,7 +8,8 @@
 //! where no tick is needed to cancel them, and a fixed 10 ms tick cost each sandbox a
 //! hundred wakeups a second: at a thousand pods on a node, most of its two cores. A
 //! guest's first yield after a quiet spell wakes the thread, and so does a stop
-//! ([`Epoch::hurry`]), so a guest that spins is still cut into 10 ms slices.
+//! ([`Epoch::hurry`]), so a guest that spins is still cut into 10 ms slices (and not
+//! finer: a yield wakes the thread only while it sleeps longer than a tick).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,17 +27,26 @@ pub const IDLE_TICK: Duration = Duration::from_millis(250);
 /// The handle of a sandbox's epoch thread.
 #[derive(Clone)]
 pub(super) struct Epoch {
-    /// Raised by a guest's yield (or a hurry) since the thread last looked.
-    busy: Arc<AtomicBool>,
+    state: Arc<State>,
     ticker: Thread,
+}
+
+#[derive(Default)]
+struct State {
+    /// Raised by a guest's yield (or a hurry) since the thread last looked.
+    busy: AtomicBool,
+    /// Whether the thread sleeps longer than [`EPOCH_TICK`]: only then does a yield
+    /// wake it (waking it at every yield would advance the epoch at once, which makes
+    /// the guest yield again at its next check, and so on).
+    slow: AtomicBool,
 }
 
 impl Epoch {
     /// Starts the thread; it ends once the engine is gone.
     pub fn start(engine: &Engine) -> std::io::Result<Epoch> {
         let engine = engine.weak();
-        let busy = Arc::new(AtomicBool::new(false));
-        let seen = busy.clone();
+        let state = Arc::new(State::default());
+        let seen = state.clone();
         let thread = std::thread::Builder::new()
             .name("epoch".into())
             .spawn(move || {
@@ -44,8 +54,9 @@ impl Epoch {
                 while let Some(engine) = engine.upgrade() {
                     engine.increment_epoch();
                     drop(engine);
+                    seen.slow.store(period > EPOCH_TICK, Ordering::Relaxed);
                     std::thread::park_timeout(period);
-                    period = if seen.swap(false, Ordering::Relaxed) {
+                    period = if seen.busy.swap(false, Ordering::Relaxed) {
                         EPOCH_TICK
                     } else {
                         (period * 2).min(IDLE_TICK)
@@ -53,7 +64,7 @@ impl Epoch {
                 }
             })?;
         Ok(Epoch {
-            busy,
+            state,
             ticker: thread.thread().clone(),
         })
     }
@@ -68,9 +79,11 @@ impl Epoch {
         });
     }
 
-    /// Back to [`EPOCH_TICK`] at once: a guest yielded, or one is being cancelled.
+    /// Back to [`EPOCH_TICK`]: a guest yielded, or one is being cancelled. Wakes the
+    /// thread if it sleeps longer than that.
     pub fn hurry(&self) {
-        if !self.busy.swap(true, Ordering::Relaxed) {
+        self.state.busy.store(true, Ordering::Relaxed);
+        if self.state.slow.swap(false, Ordering::Relaxed) {
             self.ticker.unpark();
         }
     }
