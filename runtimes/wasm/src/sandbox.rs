@@ -972,7 +972,7 @@ impl Sandbox {
             let exit = tokio::select! {
                 exit = async {
                     let _ = ready.await;
-                    run(&this.engine, &this.epoch, &prepared, &log, attached, stdin, stop, memory).await
+                    run(&this, &prepared, &log, attached, stdin, stop, memory).await
                 } => exit,
                 () = cancel.cancelled() => Exit {
                     code: KILLED_EXIT_CODE,
@@ -1179,8 +1179,7 @@ pub fn program_names(argv0: &str) -> Vec<String> {
 
 /// Runs one container's guest to the end and says how it ended.
 async fn run(
-    engine: &Engine,
-    epoch: &Epoch,
+    sandbox: &Sandbox,
     prepared: &Prepared,
     log: &CriLog,
     attached: Arc<AttachHub>,
@@ -1192,8 +1191,8 @@ async fn run(
     if let Program::Proxy(pre) = &prepared.program {
         let wasi_spec = spec.clone();
         let proxy = Arc::new(http::Proxy {
-            engine: engine.clone(),
-            epoch: epoch.clone(),
+            engine: sandbox.engine.clone(),
+            epoch: sandbox.epoch.clone(),
             pre: pre.clone(),
             wasi: Box::new(move || wasi_builder(&wasi_spec, &wasi_spec.argv)),
             log: log.clone(),
@@ -1225,7 +1224,15 @@ async fn run(
                     wasi.stdin(stdin);
                 }
             }
-            run_guest(engine, epoch, &prepared.program, wasi, memory, stop).await
+            run_guest(
+                &sandbox.engine,
+                &sandbox.epoch,
+                &prepared.program,
+                wasi,
+                memory,
+                stop,
+            )
+            .await
         }
         Err(e) => Exit {
             code: 128,
